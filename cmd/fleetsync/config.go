@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// config is every flag of the daemon.
+type config struct {
+	ClusterID       string
+	Kubeconfig      string
+	KubeContext     string
+	ConsulAddr      string
+	ConsulToken     string
+	ConsulTokenFile string
+	ConsulCACert    string
+	ConsulCert      string
+	ConsulKey       string
+	ConsulTLSName   string
+	ConsulSSL       bool
+
+	DefaultSync        bool
+	AllowNamespaces    stringList
+	DenyNamespaces     stringList
+	ServicePrefix      string
+	AddNamespaceSuffix bool
+	K8sTag             string
+	Terminating        string
+	RegisterNotReady   bool
+	Window             time.Duration
+	Resync             time.Duration
+
+	HTTPAddr        string
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogJSON         bool
+	Version         bool
+}
+
+type stringList struct {
+	values []string
+	set    bool
+}
+
+func (s *stringList) String() string { return strings.Join(s.values, ",") }
+func (s *stringList) Set(v string) error {
+	if !s.set {
+		s.values, s.set = nil, true
+	}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			s.values = append(s.values, p)
+		}
+	}
+	return nil
+}
+
+const envPrefix = "FLEETSYNC_"
+
+func (c *config) registerFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ClusterID, "cluster-id", "", "identity of this Kubernetes cluster in Consul (required; a DNS label)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVar(&c.KubeContext, "context", "", "kubeconfig context to use")
+	fs.StringVar(&c.ConsulAddr, "consul-address", "", "Consul HTTP address (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
+	fs.StringVar(&c.ConsulToken, "consul-token", "", "Consul ACL token (prefer --consul-token-file; default $CONSUL_HTTP_TOKEN)")
+	fs.StringVar(&c.ConsulTokenFile, "consul-token-file", "", "file holding the Consul ACL token (default $CONSUL_HTTP_TOKEN_FILE)")
+	fs.StringVar(&c.ConsulCACert, "consul-ca-file", "", "CA bundle to verify Consul's TLS certificate (default $CONSUL_CACERT)")
+	fs.StringVar(&c.ConsulCert, "consul-client-cert", "", "client certificate for Consul mTLS (default $CONSUL_CLIENT_CERT)")
+	fs.StringVar(&c.ConsulKey, "consul-client-key", "", "client key for Consul mTLS (default $CONSUL_CLIENT_KEY)")
+	fs.StringVar(&c.ConsulTLSName, "consul-tls-server-name", "", "server name to verify in Consul's certificate (default $CONSUL_TLS_SERVER_NAME)")
+	fs.BoolVar(&c.ConsulSSL, "consul-ssl", false, "talk HTTPS to Consul (default $CONSUL_HTTP_SSL)")
+
+	fs.BoolVar(&c.DefaultSync, "default-sync", false, "sync Services without the "+worker.AnnotationSync+" annotation")
+	c.AllowNamespaces = stringList{values: []string{"*"}}
+	c.DenyNamespaces = stringList{values: []string{"kube-system"}}
+	fs.Var(&c.AllowNamespaces, "allow-namespace", "namespace pattern to sync (repeatable or comma-separated; '*' globs)")
+	fs.Var(&c.DenyNamespaces, "deny-namespace", "namespace pattern never to sync (repeatable; deny wins over allow)")
+	fs.StringVar(&c.ServicePrefix, "service-prefix", "", "prefix for Consul service names taken from Kubernetes names")
+	fs.BoolVar(&c.AddNamespaceSuffix, "add-namespace-suffix", false, "append -<namespace> to Consul service names taken from Kubernetes names")
+	fs.StringVar(&c.K8sTag, "k8s-tag", "k8s", "tag added to every synced instance, as consul-k8s does ('' for none)")
+	fs.StringVar(&c.Terminating, "terminating", string(worker.TerminatingWarning), "check status of serving+terminating endpoints: warning, critical, or drop (not registered)")
+	fs.BoolVar(&c.RegisterNotReady, "register-not-ready", false, "register not-ready endpoints with a critical check instead of leaving them out")
+	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
+	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
+
+	fs.StringVar(&c.HTTPAddr, "http-addr", ":9090", "listen address for /metrics, /healthz, /readyz and /debug")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "time allowed on SIGTERM for pending flushes")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&c.LogJSON, "log-json", false, "log as JSON")
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
+}
+
+// parse applies FLEETSYNC_<NAME> environment variables, then the args.
+func (c *config) parse(fs *flag.FlagSet, args []string, env func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := env(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", name, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+func (c *config) validate() error {
+	if c.ClusterID == "" {
+		return errors.New("--cluster-id is required: a DNS label (lowercase letters, digits and '-', 1-63 characters) naming this Kubernetes cluster in Consul")
+	}
+	if err := ownership.ValidateClusterID(c.ClusterID); err != nil {
+		return fmt.Errorf("--cluster-id: %w", err)
+	}
+	switch worker.TerminatingPolicy(c.Terminating) {
+	case worker.TerminatingWarning, worker.TerminatingCritical, worker.TerminatingDrop:
+	default:
+		return fmt.Errorf("--terminating=%q: must be warning, critical or drop", c.Terminating)
+	}
+	if c.Window < 0 {
+		return fmt.Errorf("--window=%s: must not be negative", c.Window)
+	}
+	if c.ShutdownTimeout < 0 {
+		return fmt.Errorf("--shutdown-timeout=%s: must not be negative", c.ShutdownTimeout)
+	}
+	if c.K8sTag != "" && c.K8sTag == c.ClusterID {
+		return fmt.Errorf("--k8s-tag=%q: must differ from the cluster id", c.K8sTag)
+	}
+	return nil
+}
+
+func envOrEmpty(name string) string { return os.Getenv(name) }

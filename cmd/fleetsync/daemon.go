@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/supervisor"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// daemon wires the components and runs them until ctx is done.
+func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
+	log := hclog.New(&hclog.LoggerOptions{
+		Name: "fleetsync", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: logOut,
+	}).With("cluster", cfg.ClusterID)
+	cluster, err := ownership.New(cfg.ClusterID)
+	if err != nil {
+		return err
+	}
+	restCfg, err := kubeConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	capi, err := consulapi.NewClient(consulConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	store := consul.NewClient(capi, cluster, consul.Options{})
+	recorder := k8s.NewRecorder(kube, "fleetsync", log.Named("events"))
+	defer recorder.Shutdown()
+
+	sup := supervisor.New(supervisor.Options{
+		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values},
+		Worker: worker.Config{
+			Cluster: cluster, DefaultWindow: cfg.Window, ServicePrefix: cfg.ServicePrefix,
+			AddNamespaceSuffix: cfg.AddNamespaceSuffix, K8sTag: cfg.K8sTag,
+			Terminating: worker.TerminatingPolicy(cfg.Terminating), RegisterNotReady: cfg.RegisterNotReady,
+		},
+		Watcher:      k8s.NewWatcher(kube, cfg.Resync, log.Named("k8s")),
+		Store:        store,
+		Reporter:     recorder,
+		Log:          log,
+		DrainTimeout: cfg.ShutdownTimeout,
+	})
+	if err := sup.Selector().Validate(); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: newMux(sup, reg), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", consulConfig(cfg).Address)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		return sup.Run(gctx)
+	})
+	err = g.Wait()
+	log.Info("Stopped")
+	return err
+}
+
+func kubeConfig(cfg config) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if cfg.Kubeconfig != "" {
+		rules.ExplicitPath = cfg.Kubeconfig
+	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: cfg.KubeContext}
+	if cfg.Kubeconfig == "" && cfg.KubeContext == "" {
+		if c, err := rest.InClusterConfig(); err == nil {
+			return c, nil
+		}
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+}
+
+// consulConfig starts from consul/api's DefaultConfig (the CONSUL_* variables)
+// and applies the flags that were set.
+func consulConfig(cfg config) *consulapi.Config {
+	c := consulapi.DefaultConfig()
+	if cfg.ConsulAddr != "" {
+		c.Address = cfg.ConsulAddr
+	}
+	if cfg.ConsulToken != "" {
+		c.Token = cfg.ConsulToken
+	}
+	if cfg.ConsulTokenFile != "" {
+		c.TokenFile = cfg.ConsulTokenFile
+	}
+	if cfg.ConsulCACert != "" {
+		c.TLSConfig.CAFile = cfg.ConsulCACert
+	}
+	if cfg.ConsulCert != "" {
+		c.TLSConfig.CertFile = cfg.ConsulCert
+	}
+	if cfg.ConsulKey != "" {
+		c.TLSConfig.KeyFile = cfg.ConsulKey
+	}
+	if cfg.ConsulTLSName != "" {
+		c.TLSConfig.Address = cfg.ConsulTLSName
+	}
+	if cfg.ConsulSSL {
+		c.Scheme = "https"
+	}
+	return c
+}

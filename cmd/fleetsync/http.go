@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/supervisor"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !sup.Bootstrapped() {
+			http.Error(w, "not ready: bootstrapping (informers syncing or owned Consul state not read yet)", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /debug/workers", func(w http.ResponseWriter, r *http.Request) {
+		ns, state := r.URL.Query().Get("namespace"), r.URL.Query().Get("state")
+		var out []worker.Status
+		for _, st := range sup.Workers() {
+			if (ns == "" || st.Namespace == ns) && (state == "" || string(st.State) == state) {
+				out = append(out, st)
+			}
+		}
+		if wantsText(r) {
+			writeTable(w, out)
+			return
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /debug/workers/{namespace}/{service}", func(w http.ResponseWriter, r *http.Request) {
+		st, ok := sup.Worker(k8s.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("service")})
+		if !ok {
+			http.Error(w, "no worker for this service", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, st)
+	})
+	return mux
+}
+
+func wantsText(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/plain")
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeTable(w http.ResponseWriter, sts []worker.Status) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tSTATE\tWINDOW\tDESIRED\tREGISTERED\tPENDING\tLAST FLUSH\tLAST ERROR")
+	for _, s := range sts {
+		last := "-"
+		if !s.LastFlush.IsZero() {
+			last = s.LastFlush.UTC().Format("15:04:05.000")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%t\t%s\t%s\n", s.Namespace, s.Service, s.State, s.Window,
+			s.Desired, s.Registered, s.Pending, last, s.LastError)
+	}
+	_ = tw.Flush()
+}

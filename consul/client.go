@@ -1,0 +1,143 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ErrConflict is matched (errors.Is) by the error Apply returns when a CAS
+// operation failed because someone changed the entry since it was read.
+var ErrConflict = errors.New("consul: entry changed since it was read (CAS conflict)")
+
+// ErrRefused is matched by the error Apply returns, before anything is sent,
+// when the owner refuses an instance or entry.
+var ErrRefused = errors.New("consul: refused by ownership")
+
+// Owner proves ownership; package ownership's Cluster implements it.
+type Owner interface {
+	Node() Node
+	Stamped(Instance) error
+	Owns(Registered) error
+}
+
+// catalogAPI is the part of the Consul API the client uses.
+type catalogAPI interface {
+	NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error)
+	HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error)
+	Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error)
+}
+
+type apiAdapter struct{ c *api.Client }
+
+func (a apiAdapter) NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
+	return a.c.Catalog().NodeServiceList(node, q)
+}
+
+func (a apiAdapter) HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+	return a.c.Health().Node(node, q)
+}
+
+func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
+	return a.c.Txn().Txn(ops, q)
+}
+
+// Options tune a Client. Zero values mean the defaults.
+type Options struct {
+	MaxOps   int // operations per transaction, node op included (default 128)
+	MaxBytes int // approximate body bytes per transaction (default 384 KiB)
+	// Observe, when set, is called after every transaction with its op count,
+	// duration in seconds and error (nil on success).
+	Observe func(ops int, seconds float64, err error)
+}
+
+// Client reads owned state and writes changes. Safe for concurrent use.
+type Client struct {
+	api   catalogAPI
+	owner Owner
+	opts  Options
+}
+
+// NewClient returns a client writing on behalf of owner.
+func NewClient(c *api.Client, owner Owner, opts Options) *Client {
+	return newClient(apiAdapter{c}, owner, opts)
+}
+
+func newClient(a catalogAPI, owner Owner, opts Options) *Client {
+	if opts.MaxOps <= 1 {
+		opts.MaxOps = defaultMaxOps
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = defaultMaxBytes
+	}
+	return &Client{api: a, owner: owner, opts: opts}
+}
+
+// ReadNode returns every instance on the owner's node, owned or not (callers
+// keep only what Owner.Owns accepts). An absent node is an empty result.
+func (c *Client) ReadNode(ctx context.Context) ([]Registered, error) {
+	return c.read(ctx, "", "")
+}
+
+// ReadPrefix returns the instances on the owner's node whose ID starts with
+// prefix, owned or not.
+func (c *Client) ReadPrefix(ctx context.Context, prefix string) ([]Registered, error) {
+	re := "^" + regexp.QuoteMeta(prefix)
+	return c.read(ctx, fmt.Sprintf("ID matches %q", re), fmt.Sprintf("ServiceID matches %q", re))
+}
+
+func (c *Client) read(ctx context.Context, svcFilter, checkFilter string) ([]Registered, error) {
+	node := c.owner.Node().Name
+	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(ctx)
+	list, _, err := c.api.NodeServiceList(node, q)
+	if err != nil {
+		return nil, fmt.Errorf("read services of node %s: %w", node, err)
+	}
+	if list == nil || len(list.Services) == 0 {
+		return nil, nil
+	}
+	q = (&api.QueryOptions{Filter: checkFilter}).WithContext(ctx)
+	checks, _, err := c.api.HealthNode(node, q)
+	if err != nil {
+		return nil, fmt.Errorf("read checks of node %s: %w", node, err)
+	}
+	byID := make(map[string]*api.HealthCheck, len(checks))
+	for _, hc := range checks {
+		byID[hc.CheckID] = hc
+	}
+	out := make([]Registered, 0, len(list.Services))
+	for _, s := range list.Services {
+		out = append(out, fromAPI(node, s, byID[CheckID(s.ID)]))
+	}
+	return out, nil
+}
+
+func fromAPI(node string, s *api.AgentService, hc *api.HealthCheck) Registered {
+	r := Registered{
+		Instance: Instance{
+			ID:      s.ID,
+			Name:    s.Service,
+			Address: s.Address,
+			Port:    s.Port,
+			Tags:    s.Tags,
+			Meta:    s.Meta,
+		},
+		Node:         node,
+		ServiceIndex: s.ModifyIndex,
+	}
+	if len(r.Tags) == 0 {
+		r.Tags = nil
+	}
+	if len(r.Meta) == 0 {
+		r.Meta = nil
+	}
+	if hc != nil {
+		r.HasCheck = true
+		r.CheckIndex = hc.ModifyIndex
+		r.Check = Check{Status: hc.Status, Output: hc.Output}
+	}
+	return r
+}

@@ -1,0 +1,87 @@
+package consul
+
+import (
+	"maps"
+	"slices"
+)
+
+// Readiness check of every instance.
+const (
+	CheckName       = "kubernetes-readiness"
+	checkIDPrefix   = "kubernetes-readiness:"
+	StatusPassing   = "passing"
+	StatusWarning   = "warning"
+	StatusCritical  = "critical"
+	defaultMaxOps   = 128
+	defaultMaxBytes = 384 << 10
+)
+
+// CheckID returns the ID of the readiness check of instance id.
+func CheckID(instanceID string) string { return checkIDPrefix + instanceID }
+
+// Node is a Consul catalog node.
+type Node struct {
+	Name    string
+	Address string
+	Meta    map[string]string
+}
+
+// Check is the state of an instance's readiness check.
+type Check struct {
+	Status string // passing, warning or critical
+	Output string
+}
+
+// Instance is one service instance as fleetsync wants it in Consul.
+type Instance struct {
+	ID      string
+	Name    string // Consul service name
+	Address string
+	Port    int
+	Tags    []string
+	Meta    map[string]string
+	Check   Check
+}
+
+// SameService reports whether the service parts (everything but the check)
+// of a and b are equal. Tag order is significant, as it is in Consul.
+func (a Instance) SameService(b Instance) bool {
+	return a.ID == b.ID && a.Name == b.Name && a.Address == b.Address && a.Port == b.Port &&
+		slices.Equal(a.Tags, b.Tags) && maps.Equal(a.Meta, b.Meta)
+}
+
+// Equal reports whether a and b are the same in every field Consul stores.
+func (a Instance) Equal(b Instance) bool {
+	return a.SameService(b) && a.Check == b.Check
+}
+
+// Registered is an instance as read from (or written to) Consul, with the
+// indexes its next update or delete must be conditional on.
+type Registered struct {
+	Instance
+	Node         string
+	ServiceIndex uint64 // ModifyIndex of the service entry
+	CheckIndex   uint64 // ModifyIndex of the readiness check; 0 if it has none
+	HasCheck     bool
+}
+
+// Update is a change to an instance that exists: Want replaces Have.
+type Update struct {
+	Want Instance
+	Have Registered
+}
+
+// Change is what one flush writes: the difference between desired and owned.
+type Change struct {
+	Register   []Instance   // absent from Consul: created with CAS index 0
+	Update     []Update     // present but different: CAS on the read indexes
+	Deregister []Registered // present but not desired: delete-CAS
+}
+
+// Empty reports whether the change writes nothing.
+func (c Change) Empty() bool {
+	return len(c.Register) == 0 && len(c.Update) == 0 && len(c.Deregister) == 0
+}
+
+// Len returns the number of instances the change touches.
+func (c Change) Len() int { return len(c.Register) + len(c.Update) + len(c.Deregister) }

@@ -1,0 +1,15 @@
+// Package ownership holds the cluster's identity and its ownership mark.
+//
+// It is the only code that can make a Consul instance "ours" (Stamp) or prove
+// that one is (Owns). An instance is owned by cluster C when, and only when,
+// all of these hold:
+//
+//   - it is registered on C's synthetic node, k8s-<C>;
+//   - its service meta has external-source=kubernetes and k8s-cluster=<C>;
+//   - its tags include <C> (so <C>.<name>.service.consul resolves one cluster).
+//
+// The consul package's writer is built with an Owner (a Cluster) and refuses
+// every write whose instance is not stamped and every delete whose entry, as
+// read from Consul, is not owned. There is no way to delete by service name or
+// by tag. A Cluster is immutable and safe for concurrent use.
+package ownership

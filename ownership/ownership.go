@@ -1,0 +1,117 @@
+package ownership
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// Meta keys and values of the ownership mark.
+const (
+	MetaExternalSource = "external-source"
+	MetaCluster        = "k8s-cluster"
+	ExternalSource     = "kubernetes"
+	NodePrefix         = "k8s-"
+)
+
+var clusterIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidateClusterID returns an error that says what is allowed when id is not
+// a DNS label.
+func ValidateClusterID(id string) error {
+	if !clusterIDPattern.MatchString(id) {
+		return fmt.Errorf("cluster id %q is invalid: it must be a DNS label (1-63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit)", id)
+	}
+	return nil
+}
+
+// Cluster is one Kubernetes cluster's identity in Consul. The zero value is
+// not usable; build one with New.
+type Cluster struct {
+	id string
+}
+
+// New returns the identity of cluster id, which must be a DNS label.
+func New(id string) (Cluster, error) {
+	if err := ValidateClusterID(id); err != nil {
+		return Cluster{}, err
+	}
+	return Cluster{id: id}, nil
+}
+
+// ID returns the cluster id.
+func (c Cluster) ID() string { return c.id }
+
+// NodeName returns the name of the cluster's synthetic Consul node.
+func (c Cluster) NodeName() string { return NodePrefix + c.id }
+
+// Node returns the cluster's synthetic Consul node, carrying the mark.
+func (c Cluster) Node() consul.Node {
+	return consul.Node{
+		Name:    c.NodeName(),
+		Address: "127.0.0.1",
+		Meta:    map[string]string{MetaExternalSource: ExternalSource, MetaCluster: c.id},
+	}
+}
+
+// Tag returns the ownership tag.
+func (c Cluster) Tag() string { return c.id }
+
+// InstanceID derives the deterministic instance ID of one endpoint. Namespace
+// and service names cannot contain '_', so the ID is unambiguous.
+func (c Cluster) InstanceID(namespace, service, address string, port int) string {
+	return "k8s_" + c.id + "_" + namespace + "_" + service + "_" + address + "_" + strconv.Itoa(port)
+}
+
+// IDPrefix returns the prefix shared by every instance ID of one Kubernetes
+// Service.
+func (c Cluster) IDPrefix(namespace, service string) string {
+	return "k8s_" + c.id + "_" + namespace + "_" + service + "_"
+}
+
+// Stamp returns a copy of inst carrying the ownership mark: the meta pair and
+// the tag (appended once, after the user's tags). Values already in inst.Meta
+// under the mark's keys are overwritten.
+func (c Cluster) Stamp(inst consul.Instance) consul.Instance {
+	out := inst
+	out.Meta = maps.Clone(inst.Meta)
+	if out.Meta == nil {
+		out.Meta = make(map[string]string, 2)
+	}
+	out.Meta[MetaExternalSource] = ExternalSource
+	out.Meta[MetaCluster] = c.id
+	out.Tags = slices.Clone(inst.Tags)
+	if !slices.Contains(out.Tags, c.Tag()) {
+		out.Tags = append(out.Tags, c.Tag())
+	}
+	return out
+}
+
+// Stamped reports an error unless inst carries the full mark. The consul
+// writer calls it for every instance it is asked to write.
+func (c Cluster) Stamped(inst consul.Instance) error {
+	if inst.Meta[MetaExternalSource] != ExternalSource || inst.Meta[MetaCluster] != c.id {
+		return fmt.Errorf("instance %q lacks the ownership meta of cluster %q", inst.ID, c.id)
+	}
+	if !slices.Contains(inst.Tags, c.Tag()) {
+		return fmt.Errorf("instance %q lacks the ownership tag %q", inst.ID, c.Tag())
+	}
+	return nil
+}
+
+// Owns reports an error unless the entry, as read from Consul, is on the
+// cluster's node and carries the cluster's mark. The consul writer calls it
+// for every entry it is asked to update or delete.
+func (c Cluster) Owns(r consul.Registered) error {
+	if r.Node != c.NodeName() {
+		return fmt.Errorf("instance %q is on node %q, not on %q", r.ID, r.Node, c.NodeName())
+	}
+	if err := c.Stamped(r.Instance); err != nil {
+		return fmt.Errorf("entry not owned: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// Watcher is the part of k8s.Watcher the supervisor uses.
+type Watcher interface {
+	SetHandler(h k8s.Handler)
+	Start(ctx context.Context)
+	Wait()
+	WaitForSync(ctx context.Context) bool
+	Service(key k8s.Key) (*k8s.Service, bool, error)
+	Keys() []k8s.Key
+}
+
+// Store is the part of the consul client the supervisor and its workers use.
+type Store interface {
+	worker.Store
+	ReadNode(ctx context.Context) ([]consul.Registered, error)
+}
+
+// Options build a Supervisor. Watcher, Store and Worker.Cluster are required.
+type Options struct {
+	Selector     Selector
+	Worker       worker.Config
+	Watcher      Watcher
+	Store        Store
+	Reporter     worker.Reporter
+	Clock        clock.Clock
+	Log          hclog.Logger
+	DrainTimeout time.Duration // last flush per worker on stop
+	// ObserverFor returns the metrics observer of one worker; nil: none.
+	ObserverFor func(key k8s.Key) worker.Observer
+	// Hooks for fleet-wide metrics; nil: none.
+	Hooks Hooks
+}
+
+// Hooks receive fleet-wide measurements.
+type Hooks interface {
+	WorkerStarted(key k8s.Key)
+	WorkerStopped(key k8s.Key)
+	WorkerRestarted(key k8s.Key)
+	Bootstrapped(d time.Duration, owned, foreign int)
+	BootstrapReadFailed(err error)
+}
+
+type nopHooks struct{}
+
+func (nopHooks) WorkerStarted(k8s.Key)                {}
+func (nopHooks) WorkerStopped(k8s.Key)                {}
+func (nopHooks) WorkerRestarted(k8s.Key)              {}
+func (nopHooks) Bootstrapped(time.Duration, int, int) {}
+func (nopHooks) BootstrapReadFailed(error)            {}
+
+// Supervisor runs one worker per synced Service. Create with New, run with
+// Run (once).
+type Supervisor struct {
+	opts Options
+	log  hclog.Logger
+
+	bootstrapped atomic.Bool
+	gate         chan struct{}
+
+	mu      sync.Mutex
+	ctx     context.Context // Run's context, set before bootstrap ends
+	workers map[k8s.Key]*entry
+	wg      sync.WaitGroup
+}
+
+type entry struct {
+	w        *worker.Worker
+	restarts int
+}
+
+// New returns a supervisor.
+func New(opts Options) *Supervisor {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log == nil {
+		opts.Log = hclog.NewNullLogger()
+	}
+	if opts.Hooks == nil {
+		opts.Hooks = nopHooks{}
+	}
+	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{}}
+}
+
+// Bootstrapped reports whether the informers synced and the owned state was
+// read (the fleet is running).
+func (s *Supervisor) Bootstrapped() bool { return s.bootstrapped.Load() }
+
+// Run runs the fleet until ctx is done; it returns after every goroutine it
+// started has ended. It returns an error only if bootstrap cannot complete
+// for a reason other than ctx.
+func (s *Supervisor) Run(ctx context.Context) error {
+	s.opts.Watcher.SetHandler(handler{s})
+	s.opts.Watcher.Start(ctx)
+	defer s.opts.Watcher.Wait()
+	defer s.wg.Wait()
+
+	start := s.opts.Clock.Now()
+	if !s.opts.Watcher.WaitForSync(ctx) {
+		return nil // ctx done
+	}
+	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
+	owned, foreign, err := s.readOwned(ctx)
+	if err != nil {
+		return nil // ctx done
+	}
+	s.startFleet(ctx, owned)
+	d := s.opts.Clock.Since(start)
+	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
+	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
+		"foreign_entries_on_node", foreign, "duration", d)
+	<-ctx.Done()
+	return nil
+}
+
+// readOwned reads our node in one request, retrying with backoff until it
+// succeeds or ctx is done.
+func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Registered, int, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		entries, err := s.opts.Store.ReadNode(ctx)
+		if err == nil {
+			owned, foreign := worker.GroupOwned(s.opts.Worker.Cluster, entries)
+			return owned, foreign, nil
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		s.opts.Hooks.BootstrapReadFailed(err)
+		s.log.Warn("Cannot read owned state from Consul; retrying", "retry_in", backoff, "error", err)
+		t := s.opts.Clock.NewTimer(jitter(backoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, ctx.Err()
+		case <-t.C():
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// startFleet starts a worker for every selected Service and every Service
+// with owned instances, then opens the gate.
+func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.Registered) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx = ctx
+	keys := s.opts.Watcher.Keys()
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, key := range keys {
+		if s.wants(key) {
+			s.startLocked(key, owned[key], true)
+		}
+	}
+	for key, entries := range owned {
+		if _, ok := s.workers[key]; !ok {
+			s.startLocked(key, entries, true)
+		}
+	}
+	s.bootstrapped.Store(true)
+	close(s.gate)
+}
+
+// wants is the single "is this Service mine" decision.
+func (s *Supervisor) wants(key k8s.Key) bool {
+	_, selected := s.lookup(key)
+	return selected
+}
+
+func (s *Supervisor) lookup(key k8s.Key) (*k8s.Service, bool) {
+	svc, ok, err := s.opts.Watcher.Service(key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return svc, s.opts.Selector.Selected(svc)
+}
+
+// changed routes an event: notify the Service's worker, or start one.
+func (s *Supervisor) changed(key k8s.Key) {
+	if !s.bootstrapped.Load() {
+		return // bootstrap reads the whole cache
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.workers[key]; ok {
+		e.w.Notify()
+		return
+	}
+	if s.ctx.Err() == nil && s.wants(key) {
+		s.startLocked(key, nil, false)
+	}
+}
+
+// startLocked starts the worker of key; s.mu is held.
+func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) {
+	e := &entry{w: s.newWorker(key, owned, ownedKnown)}
+	s.workers[key] = e
+	s.opts.Hooks.WorkerStarted(key)
+	s.wg.Add(1)
+	go s.runWorker(s.ctx, key, e)
+}
+
+func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
+	var obs worker.Observer
+	if s.opts.ObserverFor != nil {
+		obs = s.opts.ObserverFor(key)
+	}
+	return worker.New(worker.Options{
+		Key:          key,
+		Config:       s.opts.Worker,
+		Lookup:       func() (*k8s.Service, bool) { return s.lookup(key) },
+		Store:        s.opts.Store,
+		Clock:        s.opts.Clock,
+		Log:          s.log.Named("worker"),
+		Reporter:     s.opts.Reporter,
+		Observer:     obs,
+		Gate:         s.gate,
+		Owned:        owned,
+		OwnedKnown:   ownedKnown,
+		DrainTimeout: s.opts.DrainTimeout,
+	})
+}
+
+// runWorker runs one worker until ctx is done or it finishes; a panic
+// restarts it, after a backoff, with its owned state re-read from Consul.
+func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
+	defer s.wg.Done()
+	for {
+		err := safeRun(ctx, e.w)
+		if ctx.Err() != nil {
+			s.stopped(key, e)
+			return
+		}
+		if errors.Is(err, worker.ErrFinished) {
+			s.finished(key, e)
+			return
+		}
+		e.restarts++
+		s.opts.Hooks.WorkerRestarted(key)
+		s.log.Error("Worker crashed; restarting", "namespace", key.Namespace, "service", key.Name,
+			"restarts", e.restarts, "error", err)
+		t := s.opts.Clock.NewTimer(jitter(min(time.Second<<min(e.restarts-1, 5), 30*time.Second)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.stopped(key, e)
+			return
+		case <-t.C():
+		}
+		s.mu.Lock()
+		e.w = s.newWorker(key, nil, false)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Supervisor) stopped(key k8s.Key, e *entry) {
+	s.mu.Lock()
+	if s.workers[key] == e {
+		delete(s.workers, key)
+	}
+	s.mu.Unlock()
+	s.opts.Hooks.WorkerStopped(key)
+}
+
+// finished removes a worker whose Service is gone; if the Service came back
+// meanwhile (level-based re-check), a new worker takes over.
+func (s *Supervisor) finished(key k8s.Key, e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers[key] == e {
+		delete(s.workers, key)
+	}
+	s.opts.Hooks.WorkerStopped(key)
+	s.log.Debug("Worker finished", "namespace", key.Namespace, "service", key.Name)
+	if s.ctx.Err() == nil && s.wants(key) {
+		s.startLocked(key, nil, false)
+	}
+}
+
+// safeRun runs w, turning a panic into an error.
+func safeRun(ctx context.Context, w *worker.Worker) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return w.Run(ctx)
+}
+
+// Len returns the number of running workers.
+func (s *Supervisor) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.workers)
+}
+
+// Workers returns a status snapshot of every worker, sorted by key.
+func (s *Supervisor) Workers() []worker.Status {
+	s.mu.Lock()
+	ws := make([]*worker.Worker, 0, len(s.workers))
+	for _, e := range s.workers {
+		ws = append(ws, e.w)
+	}
+	s.mu.Unlock()
+	out := make([]worker.Status, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.Status())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Service < out[j].Service
+	})
+	return out
+}
+
+// Worker returns the status of one worker, with its desired instances.
+func (s *Supervisor) Worker(key k8s.Key) (worker.Status, bool) {
+	s.mu.Lock()
+	e, ok := s.workers[key]
+	s.mu.Unlock()
+	if !ok {
+		return worker.Status{}, false
+	}
+	st := e.w.Status()
+	if svc, selected := s.lookup(key); selected {
+		if spec, err := worker.Desired(svc, s.opts.Worker); err == nil {
+			st.Instances = spec.Instances
+		}
+	}
+	return st, true
+}
+
+type handler struct{ s *Supervisor }
+
+func (h handler) Changed(key k8s.Key) { h.s.changed(key) }
+
+func countOwned(m map[k8s.Key][]consul.Registered) int {
+	n := 0
+	for _, v := range m {
+		n += len(v)
+	}
+	return n
+}
+
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Selector returns the selection rules.
+func (s *Supervisor) Selector() Selector { return s.opts.Selector }

@@ -1,0 +1,286 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership"
+)
+
+// Per-instance meta keys (the mark's keys are added by ownership.Stamp).
+const (
+	MetaNamespace = "k8s-namespace"
+	MetaService   = "k8s-service"
+	MetaPod       = "k8s-pod"
+	MetaNode      = "k8s-node"
+	MetaZone      = "k8s-zone"
+)
+
+var reservedMeta = map[string]bool{
+	ownership.MetaExternalSource: true, ownership.MetaCluster: true,
+	MetaNamespace: true, MetaService: true, MetaPod: true, MetaNode: true, MetaZone: true,
+}
+
+// TerminatingPolicy says what to do with endpoints that are serving and
+// terminating (draining).
+type TerminatingPolicy string
+
+// Terminating policies.
+const (
+	TerminatingWarning  TerminatingPolicy = "warning"
+	TerminatingCritical TerminatingPolicy = "critical"
+	TerminatingDrop     TerminatingPolicy = "drop"
+)
+
+// Config is what desired-state computation needs besides the Service.
+type Config struct {
+	Cluster            ownership.Cluster
+	DefaultWindow      time.Duration
+	ServicePrefix      string // prepended to the Kubernetes name (not to service-name)
+	AddNamespaceSuffix bool   // append -<namespace> to the Kubernetes name
+	K8sTag             string // tag added to every instance ("" for none)
+	Terminating        TerminatingPolicy
+	RegisterNotReady   bool // register not-ready endpoints with a critical check
+}
+
+// Spec is the desired state of one Service in Consul.
+type Spec struct {
+	Name      string
+	Window    time.Duration
+	Instances []consul.Instance // stamped, sorted by ID, unique IDs
+	Warnings  []string          // non-fatal problems (bad window, skipped endpoints)
+}
+
+// Check outputs, fixed so that unchanged endpoints produce unchanged checks.
+const (
+	OutputReady       = "Kubernetes endpoint is ready"
+	OutputTerminating = "Kubernetes endpoint is terminating"
+	OutputNotReady    = "Kubernetes endpoint is not ready"
+)
+
+// Desired computes the Spec of svc. An error (an *AnnotationError) means the
+// Service cannot be synced as it is; nothing should be written for it.
+func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
+	key := svc.Key.String()
+	spec := Spec{Window: cfg.DefaultWindow}
+	if v, ok := svc.Annotations[AnnotationWindow]; ok {
+		if d, err := ParseWindow(v); err != nil {
+			spec.Warnings = append(spec.Warnings, annotationError(key, AnnotationWindow, v, err.Error()+"; using the default "+cfg.DefaultWindow.String()).Error())
+		} else {
+			spec.Window = d
+		}
+	}
+	if v, ok := svc.Annotations[AnnotationSync]; ok {
+		if _, err := strconv.ParseBool(strings.TrimSpace(v)); err != nil {
+			return spec, annotationError(key, AnnotationSync, v, `must be "true" or "false"`)
+		}
+	}
+	name, err := serviceName(svc, cfg)
+	if err != nil {
+		return spec, err
+	}
+	spec.Name = name
+	tags, err := userTags(svc, cfg)
+	if err != nil {
+		return spec, err
+	}
+	meta, err := userMeta(svc)
+	if err != nil {
+		return spec, err
+	}
+	port, err := portChoice(svc)
+	if err != nil {
+		return spec, err
+	}
+	for _, ep := range svc.Endpoints {
+		status, output, ok := endpointCheck(ep, cfg)
+		if !ok {
+			continue
+		}
+		p, ok := endpointPort(ep, port)
+		if !ok {
+			spec.Warnings = append(spec.Warnings, fmt.Sprintf("service %s: endpoint %s has no port %q, skipped", key, ep.Address, port.Name))
+			continue
+		}
+		spec.Instances = append(spec.Instances, cfg.Cluster.Stamp(consul.Instance{
+			ID:      cfg.Cluster.InstanceID(svc.Namespace, svc.Name, ep.Address, p),
+			Name:    name,
+			Address: ep.Address,
+			Port:    p,
+			Tags:    tags,
+			Meta:    instanceMeta(svc, ep, meta),
+			Check:   consul.Check{Status: status, Output: output},
+		}))
+	}
+	sort.Slice(spec.Instances, func(i, j int) bool { return spec.Instances[i].ID < spec.Instances[j].ID })
+	spec.Instances = dedupe(spec.Instances)
+	return spec, nil
+}
+
+func serviceName(svc *k8s.Service, cfg Config) (string, error) {
+	name := cfg.ServicePrefix + svc.Name
+	if cfg.AddNamespaceSuffix {
+		name += "-" + svc.Namespace
+	}
+	v, ok := svc.Annotations[AnnotationName]
+	if ok {
+		name = strings.TrimSpace(v)
+	}
+	if err := ValidateServiceName(name); err != nil {
+		if ok {
+			return "", annotationError(svc.Key.String(), AnnotationName, v, "Consul service name "+err.Error())
+		}
+		return "", &AnnotationError{Service: svc.Key.String(), Annotation: "(none: name from --service-prefix and metadata.name)", Value: name, Reason: "Consul service name " + err.Error()}
+	}
+	return name, nil
+}
+
+func userTags(svc *k8s.Service, cfg Config) ([]string, error) {
+	var tags []string
+	if cfg.K8sTag != "" {
+		tags = append(tags, cfg.K8sTag)
+	}
+	if v, ok := svc.Annotations[AnnotationTags]; ok {
+		parsed, err := ParseTags(v)
+		if err != nil {
+			return nil, annotationError(svc.Key.String(), AnnotationTags, v, err.Error())
+		}
+		for _, t := range parsed {
+			if !contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	return tags, nil
+}
+
+func userMeta(svc *k8s.Service) (map[string]string, error) {
+	meta := map[string]string{}
+	keys := make([]string, 0)
+	for k := range svc.Annotations {
+		if strings.HasPrefix(k, AnnotationMeta) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		mk, v := strings.TrimPrefix(k, AnnotationMeta), svc.Annotations[k]
+		if err := ValidateMeta(mk, v, reservedMeta); err != nil {
+			return nil, annotationError(svc.Key.String(), k, v, err.Error())
+		}
+		meta[mk] = v
+	}
+	if len(meta)+len(reservedMeta) > maxMetaPairs {
+		return nil, annotationError(svc.Key.String(), AnnotationMeta+"*", fmt.Sprintf("%d keys", len(meta)),
+			fmt.Sprintf("at most %d user meta keys allowed (Consul allows %d, fleetsync uses %d)", maxMetaPairs-len(reservedMeta), maxMetaPairs, len(reservedMeta)))
+	}
+	return meta, nil
+}
+
+// portChoice resolves the service-port annotation against the Service spec
+// to the name of the endpoint port (or a literal number).
+func portChoice(svc *k8s.Service) (PortChoice, error) {
+	v, ok := svc.Annotations[AnnotationPort]
+	if !ok {
+		if len(svc.Ports) == 0 {
+			return PortChoice{}, &AnnotationError{Service: svc.Key.String(), Annotation: "spec.ports", Value: "[]",
+				Reason: "the Service has no ports; set " + AnnotationPort + " to a port number"}
+		}
+		return PortChoice{Name: svc.Ports[0].Name}, nil
+	}
+	pc, err := ParsePort(v)
+	if err != nil {
+		return pc, annotationError(svc.Key.String(), AnnotationPort, v, err.Error())
+	}
+	if pc.Name != "" && !hasPortName(svc.Ports, pc.Name) {
+		return pc, annotationError(svc.Key.String(), AnnotationPort, v, fmt.Sprintf("no port named %q in spec.ports", pc.Name))
+	}
+	return pc, nil
+}
+
+func hasPortName(ports []k8s.Port, name string) bool {
+	for _, p := range ports {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func endpointPort(ep k8s.Endpoint, pc PortChoice) (int, bool) {
+	if pc.Number != 0 {
+		return pc.Number, true
+	}
+	p, ok := ep.Ports[pc.Name]
+	return int(p), ok && p > 0
+}
+
+func endpointCheck(ep k8s.Endpoint, cfg Config) (status, output string, ok bool) {
+	switch {
+	case ep.Ready:
+		return consul.StatusPassing, OutputReady, true
+	case ep.Serving && ep.Terminating:
+		switch cfg.Terminating {
+		case TerminatingDrop:
+			return "", "", false
+		case TerminatingCritical:
+			return consul.StatusCritical, OutputTerminating, true
+		default:
+			return consul.StatusWarning, OutputTerminating, true
+		}
+	case cfg.RegisterNotReady:
+		return consul.StatusCritical, OutputNotReady, true
+	}
+	return "", "", false
+}
+
+func instanceMeta(svc *k8s.Service, ep k8s.Endpoint, user map[string]string) map[string]string {
+	m := make(map[string]string, len(user)+7)
+	for k, v := range user {
+		m[k] = v
+	}
+	m[MetaNamespace] = svc.Namespace
+	m[MetaService] = svc.Name
+	setIf(m, MetaPod, ep.Pod)
+	setIf(m, MetaNode, ep.Node)
+	setIf(m, MetaZone, ep.Zone)
+	return m
+}
+
+func setIf(m map[string]string, k, v string) {
+	if v != "" {
+		m[k] = v
+	}
+}
+
+func dedupe(in []consul.Instance) []consul.Instance {
+	out := in[:0]
+	for i, x := range in {
+		if i > 0 && x.ID == in[i-1].ID {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// IsAnnotationError reports whether err is an *AnnotationError.
+func IsAnnotationError(err error) bool {
+	var ae *AnnotationError
+	return errors.As(err, &ae)
+}

@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"sort"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// Diff returns the change that turns owned into desired. It is a pure
+// function: desired are stamped instances with unique IDs; owned are the
+// verified entries of this Service on our node, keyed by ID. An instance
+// whose Consul name changed is deregistered and registered again (the
+// catalog cannot rename a service entry in place).
+func Diff(desired []consul.Instance, owned map[string]consul.Registered) consul.Change {
+	var ch consul.Change
+	want := make(map[string]bool, len(desired))
+	for _, d := range desired {
+		want[d.ID] = true
+		have, ok := owned[d.ID]
+		switch {
+		case !ok:
+			ch.Register = append(ch.Register, d)
+		case have.Name != d.Name:
+			ch.Deregister = append(ch.Deregister, have)
+			ch.Register = append(ch.Register, d)
+		case !d.Equal(have.Instance) || !have.HasCheck:
+			ch.Update = append(ch.Update, consul.Update{Want: d, Have: have})
+		}
+	}
+	for id, have := range owned {
+		if !want[id] {
+			ch.Deregister = append(ch.Deregister, have)
+		}
+	}
+	sort.Slice(ch.Deregister, func(i, j int) bool { return ch.Deregister[i].ID < ch.Deregister[j].ID })
+	return ch
+}

@@ -1,0 +1,30 @@
+// Package worker keeps one Kubernetes Service's instances in Consul equal to
+// its ready endpoints.
+//
+// A Worker computes the desired instances from the latest cached view of its
+// Service (Desired), diffs them against the Service's owned instances in
+// Consul (Diff, a pure function) and writes only the difference, through the
+// consul package, as stamped values (package ownership). Work is level-based:
+// Notify means "look again", never "apply this delta".
+//
+// Window rules (W is --window or the fleetsync.io/window annotation):
+//
+//   - Leading edge: a change that arrives when the last flush completed at
+//     least W ago is flushed at once.
+//   - Coalescing: changes within W of the last flush are folded into one flush
+//     at the window's end, which reads the latest state.
+//   - Max delay: a pending change waits at most W after the previous flush
+//     completed, so a service that never goes quiet is written once per W.
+//   - Gate: nothing is flushed before Options.Gate is closed (bootstrap).
+//   - Errors: a failed flush is retried after max(W, backoff), backoff
+//     doubling from MinBackoff to MaxBackoff with jitter; newer changes join
+//     the retry. A CAS conflict re-reads the owned state and diffs again.
+//
+// A Service whose annotations cannot be used is reported (log and Event) and
+// left as it is in Consul: a typo never deregisters live instances. A Service
+// that is gone or not selected has its instances deregistered; then Run
+// returns ErrFinished.
+//
+// Run returns when its context is done (after one final flush bounded by
+// DrainTimeout if a change is pending); it starts no goroutines of its own.
+package worker

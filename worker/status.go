@@ -1,0 +1,132 @@
+package worker
+
+import (
+	"errors"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// State is what a worker is doing.
+type State string
+
+// Worker states.
+const (
+	StateWaiting    State = "waiting"     // waiting for the fleet to bootstrap
+	StateIdle       State = "idle"        // in sync, nothing pending
+	StatePending    State = "pending"     // a change waits for the window
+	StateFlushing   State = "flushing"    // writing to Consul
+	StateBackingOff State = "backing-off" // last flush failed; retry scheduled
+	StateInvalid    State = "invalid"     // annotations unusable; Consul left as it is
+)
+
+// Status is a snapshot of a worker for metrics and /debug/workers.
+type Status struct {
+	Namespace   string        `json:"namespace"`
+	Service     string        `json:"service"`
+	State       State         `json:"state"`
+	Window      time.Duration `json:"-"`
+	WindowText  string        `json:"window"`
+	Desired     int           `json:"desired"`
+	Registered  int           `json:"registered"`
+	Pending     bool          `json:"pending"`
+	Events      uint64        `json:"events"`
+	Flushes     uint64        `json:"flushes"`
+	LastFlush   time.Time     `json:"lastFlush,omitzero"`
+	LastError   string        `json:"lastError,omitempty"`
+	Failures    int           `json:"consecutiveFailures,omitempty"`
+	Instances   []consul.Instance `json:"instances,omitempty"`
+}
+
+// Observer receives a worker's measurements (metrics). Calls come from the
+// worker's goroutines and must not block.
+type Observer interface {
+	Event()
+	Conflict()
+	// Flushed is called after every flush that did something or failed.
+	Flushed(f Flush)
+}
+
+// Flush describes one flush for an Observer.
+type Flush struct {
+	Coalesced   uint64 // events folded into it
+	Applied     consul.Applied
+	Err         error
+	Latency     time.Duration // from the first pending change to commit; 0 if unknown
+	Desired     int
+	Registered  int
+	Window      time.Duration
+	Wrote       bool
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Event()        {}
+func (nopObserver) Conflict()     {}
+func (nopObserver) Flushed(Flush) {}
+
+// Status returns a snapshot of the worker.
+func (w *Worker) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.status
+	s.Events = w.events.Load()
+	s.Pending = w.pendingSince.Load() != 0 || s.State == StatePending || s.State == StateBackingOff
+	s.WindowText = s.Window.String()
+	return s
+}
+
+func (w *Worker) setState(st State) {
+	w.mu.Lock()
+	if w.status.State != StateInvalid || st != StateIdle {
+		w.status.State = st
+	}
+	w.mu.Unlock()
+}
+
+// record updates the status and the observer after a flush.
+func (w *Worker) record(now time.Time, since int64, res syncResult, err error, s *scheduler) {
+	var latency time.Duration
+	if since != 0 && err == nil && res.applied.Txns > 0 {
+		latency = now.Sub(time.Unix(0, since))
+	}
+	w.mu.Lock()
+	w.status.Flushes++
+	w.status.LastFlush = now
+	w.status.Window = s.window
+	w.status.Registered = len(w.owned)
+	w.status.Failures = s.failures
+	if !res.invalid {
+		w.status.Desired = res.desired
+	}
+	switch {
+	case err != nil:
+		w.status.LastError = err.Error()
+		w.status.State = StateBackingOff
+	case res.invalid:
+		w.status.LastError = w.lastReport
+		w.status.State = StateInvalid
+	default:
+		w.status.LastError = ""
+		w.status.State = StateIdle
+	}
+	desired, registered := w.status.Desired, w.status.Registered
+	w.mu.Unlock()
+
+	wrote := res.applied.Txns > 0
+	if err != nil {
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			w.log.Error("Worker panicked during flush", "panic", pe.Value, "stack", pe.Stack)
+		} else {
+			w.log.Warn("Flush failed; will retry", "failures", s.failures, "error", err)
+		}
+	} else if wrote {
+		w.log.Debug("Flushed", "registered", res.applied.Registered, "updated", res.applied.Updated,
+			"deregistered", res.applied.Deregistered, "txns", res.applied.Txns, "latency", latency)
+	}
+	w.opts.Observer.Flushed(Flush{
+		Applied: res.applied, Err: err, Latency: latency, Desired: desired,
+		Registered: registered, Window: s.window, Wrote: wrote,
+	})
+}

@@ -1,0 +1,413 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+)
+
+// Store is the part of the consul client a worker uses.
+type Store interface {
+	ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error)
+	Apply(ctx context.Context, ch consul.Change) (consul.Applied, error)
+}
+
+// Lookup returns the latest view of the worker's Service from the informer
+// cache and whether it is selected for sync. A nil Service with selected
+// false means it is gone.
+type Lookup func() (svc *k8s.Service, selected bool)
+
+// Reporter turns user-fixable problems into Kubernetes Events.
+type Reporter interface {
+	Warning(obj k8sruntime.Object, reason, message string)
+}
+
+// Event reasons, documented in docs/operations.md.
+const (
+	ReasonInvalidAnnotation = "InvalidAnnotation"
+	ReasonSyncFailed        = "ConsulSyncFailed"
+	ReasonEndpointSkipped   = "EndpointSkipped"
+)
+
+// Options build a Worker. Key, Config, Lookup and Store are required.
+type Options struct {
+	Key      k8s.Key
+	Config   Config
+	Lookup   Lookup
+	Store    Store
+	Clock    clock.Clock   // default: the real clock
+	Log      hclog.Logger  // default: discard
+	Reporter Reporter      // default: none
+	Observer Observer      // default: none
+	Gate     <-chan struct{} // closed once the fleet is bootstrapped; nil: open
+	// Owned is this Service's owned state as read at bootstrap. When
+	// OwnedKnown is false the worker reads it from Consul before its first
+	// flush.
+	Owned      []consul.Registered
+	OwnedKnown bool
+	// Backoff bounds for failed flushes (defaults 200ms and 30s).
+	MinBackoff, MaxBackoff time.Duration
+	// DrainTimeout bounds the last flush attempted when Run's context is
+	// cancelled with a change pending (0: no final flush).
+	DrainTimeout time.Duration
+}
+
+// Worker keeps one Service's instances in Consul equal to its desired state.
+// Notify may be called from any goroutine; Run runs in exactly one.
+type Worker struct {
+	opts    Options
+	clock   clock.Clock
+	log     hclog.Logger
+	trigger chan struct{}
+	// pendingSince is the unix-nano time of the oldest change not yet
+	// flushed, 0 when none; events counts notifications.
+	pendingSince atomic.Int64
+	events       atomic.Uint64
+
+	// Owned by the Run goroutine.
+	owned      map[string]consul.Registered
+	ownedKnown bool
+	lastReport string
+
+	mu     sync.Mutex
+	status Status
+}
+
+// New returns a worker; it does nothing until Run.
+func New(opts Options) *Worker {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log == nil {
+		opts.Log = hclog.NewNullLogger()
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 200 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	w := &Worker{
+		opts:       opts,
+		clock:      opts.Clock,
+		log:        opts.Log.With("namespace", opts.Key.Namespace, "service", opts.Key.Name),
+		trigger:    make(chan struct{}, 1),
+		ownedKnown: opts.OwnedKnown,
+	}
+	w.owned = make(map[string]consul.Registered, len(opts.Owned))
+	for _, r := range opts.Owned {
+		w.owned[r.ID] = r
+	}
+	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
+		Window: opts.Config.DefaultWindow, Registered: len(w.owned)}
+	return w
+}
+
+// Key returns the Service the worker owns.
+func (w *Worker) Key() k8s.Key { return w.opts.Key }
+
+// Notify tells the worker to look again. It never blocks: a burst of
+// notifications becomes one wake-up.
+func (w *Worker) Notify() {
+	w.pendingSince.CompareAndSwap(0, w.clock.Now().UnixNano())
+	w.events.Add(1)
+	w.opts.Observer.Event()
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// ErrFinished is returned by Run when the Service is no longer selected and
+// none of its instances remain in Consul: the worker has nothing left to do.
+var ErrFinished = errors.New("worker finished: service not synced and nothing left in consul")
+
+// Run keeps the Service in sync until ctx is done (then it returns nil,
+// after one last flush bounded by DrainTimeout if a change is pending) or
+// the Service is gone and deregistered (then it returns ErrFinished).
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.waitGate(ctx); err != nil {
+		return nil
+	}
+	s := scheduler{window: w.opts.Config.DefaultWindow, dirty: true, minBackoff: w.opts.MinBackoff, maxBackoff: w.opts.MaxBackoff}
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var timerC <-chan time.Time
+		if s.dirty {
+			wait := s.wait(w.clock.Now())
+			if wait <= 0 {
+				if timer != nil {
+					timer.Stop()
+					timer = nil
+				}
+				if done := w.flush(ctx, &s); done {
+					return ErrFinished
+				}
+				continue
+			}
+			if timer == nil {
+				timer = w.clock.NewTimer(wait)
+			}
+			timerC = timer.C()
+			w.setState(s.state())
+		} else {
+			w.setState(StateIdle)
+		}
+		select {
+		case <-ctx.Done():
+			w.drain(ctx, &s)
+			return nil
+		case <-w.trigger:
+			s.dirty = true
+		case <-timerC:
+			timer = nil
+		}
+	}
+}
+
+func (w *Worker) waitGate(ctx context.Context) error {
+	if w.opts.Gate == nil {
+		return nil
+	}
+	select {
+	case <-w.opts.Gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drain attempts the pending flush when the worker is stopped.
+func (w *Worker) drain(ctx context.Context, s *scheduler) {
+	select {
+	case <-w.trigger:
+		s.dirty = true
+	default:
+	}
+	if !s.dirty || w.opts.DrainTimeout <= 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.DrainTimeout)
+	defer cancel()
+	w.flush(dctx, s)
+}
+
+// flush runs one sync and updates the schedule. It reports whether the
+// worker is finished.
+func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
+	since := w.pendingSince.Swap(0)
+	s.dirty = false
+	w.setState(StateFlushing)
+	res, err := w.sync(ctx)
+	now := w.clock.Now()
+	s.flushed(now, err)
+	if res.window != nil {
+		s.window = *res.window
+	}
+	if err != nil {
+		s.dirty = true
+		if since != 0 {
+			w.pendingSince.CompareAndSwap(0, since)
+		}
+	}
+	w.record(now, since, res, err, s)
+	return err == nil && res.finished
+}
+
+// syncResult is what one sync did.
+type syncResult struct {
+	window   *time.Duration
+	desired  int
+	applied  consul.Applied
+	finished bool
+	invalid  bool
+}
+
+// sync computes the desired state, diffs it against the owned state and
+// writes the difference. A CAS conflict re-reads the owned state and tries
+// once more before it is returned as an error.
+func (w *Worker) sync(ctx context.Context) (res syncResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 8<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			err = &PanicError{Value: p, Stack: string(buf)}
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		if !w.ownedKnown {
+			if err := w.readOwned(ctx); err != nil {
+				return res, err
+			}
+		}
+		desired, r, err := w.desired()
+		res = r
+		if err != nil || res.invalid {
+			return res, nil
+		}
+		res.desired = len(desired)
+		ch := Diff(desired, w.owned)
+		if ch.Empty() {
+			res.finished = !w.selected() && len(w.owned) == 0
+			return res, nil
+		}
+		applied, err := w.opts.Store.Apply(ctx, ch)
+		w.merge(applied)
+		res.applied.Txns += applied.Txns
+		res.applied.Ops += applied.Ops
+		res.applied.Registered += applied.Registered
+		res.applied.Updated += applied.Updated
+		res.applied.Deregistered += applied.Deregistered
+		if err == nil {
+			res.finished = !w.selected() && len(w.owned) == 0
+			return res, nil
+		}
+		if errors.Is(err, consul.ErrConflict) {
+			w.opts.Observer.Conflict()
+			w.ownedKnown = false
+			if attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+		}
+		return res, err
+	}
+}
+
+func (w *Worker) selected() bool {
+	_, sel := w.opts.Lookup()
+	return sel
+}
+
+// desired returns the stamped instances wanted in Consul: none when the
+// Service is gone or not selected. An invalid Service keeps what it has.
+func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
+	svc, selected := w.opts.Lookup()
+	if svc == nil || !selected {
+		return nil, syncResult{}, nil
+	}
+	spec, err := Desired(svc, w.opts.Config)
+	res := syncResult{window: &spec.Window}
+	if err != nil {
+		res.invalid = true
+		w.report(svc, ReasonInvalidAnnotation, err.Error())
+		return nil, res, nil
+	}
+	for _, warn := range spec.Warnings {
+		w.report(svc, ReasonInvalidAnnotation, warn)
+	}
+	if len(spec.Warnings) == 0 {
+		w.lastReport = ""
+	}
+	for _, p := range svc.Problems {
+		w.report(svc, ReasonEndpointSkipped, p)
+	}
+	return spec.Instances, res, nil
+}
+
+// report sends a Warning event and log line once per distinct message.
+func (w *Worker) report(svc *k8s.Service, reason, msg string) {
+	if msg == w.lastReport {
+		return
+	}
+	w.lastReport = msg
+	w.log.Warn("Service cannot be synced as it is", "reason", reason, "error", msg)
+	if w.opts.Reporter != nil && svc.Object != nil {
+		w.opts.Reporter.Warning(svc.Object, reason, msg)
+	}
+}
+
+func (w *Worker) readOwned(ctx context.Context) error {
+	c := w.opts.Config.Cluster
+	entries, err := w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name))
+	if err != nil {
+		return fmt.Errorf("read owned state: %w", err)
+	}
+	w.owned = OwnedOf(c, w.opts.Key, entries)
+	w.ownedKnown = true
+	return nil
+}
+
+func (w *Worker) merge(a consul.Applied) {
+	for _, id := range a.Deleted {
+		delete(w.owned, id)
+	}
+	for _, r := range a.Written {
+		w.owned[r.ID] = r
+	}
+}
+
+// PanicError is a panic recovered in a worker's sync.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("worker panicked: %v", e.Value) }
+
+// scheduler holds the window rules; it is pure (times are passed in).
+type scheduler struct {
+	window                 time.Duration
+	dirty                  bool
+	lastFlush              time.Time // completion of the last flush; zero: never
+	failures               int
+	retryAt                time.Time
+	minBackoff, maxBackoff time.Duration
+}
+
+// wait returns how long until a pending change may be flushed: 0 at once.
+// Leading edge: at least W since the last flush means now. Otherwise the
+// flush waits for the end of the window that started when the last flush
+// completed; after failures, for the backoff too.
+func (s *scheduler) wait(now time.Time) time.Duration {
+	next := s.lastFlush.Add(s.window)
+	if s.failures > 0 && s.retryAt.After(next) {
+		next = s.retryAt
+	}
+	if s.lastFlush.IsZero() && s.failures == 0 {
+		return 0
+	}
+	return next.Sub(now)
+}
+
+func (s *scheduler) flushed(now time.Time, err error) {
+	s.lastFlush = now
+	if err == nil {
+		s.failures = 0
+		return
+	}
+	s.failures++
+	d := s.minBackoff << min(s.failures-1, 20)
+	if d > s.maxBackoff || d <= 0 {
+		d = s.maxBackoff
+	}
+	// Jitter: 80% to 120%.
+	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	s.retryAt = now.Add(d)
+}
+
+func (s *scheduler) state() State {
+	if s.failures > 0 {
+		return StateBackingOff
+	}
+	return StatePending
+}
