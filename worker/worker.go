@@ -220,7 +220,11 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	w.setState(StateFlushing)
 	res, err := w.sync(ctx)
 	now := w.clock.Now()
-	s.flushed(now, err)
+	if err != nil || res.applied.Txns > 0 {
+		// Only a write (or a failed attempt) opens a window: a look that
+		// found nothing to do leaves the next change free to go at once.
+		s.flushed(now, err)
+	}
 	if res.window != nil {
 		s.window = *res.window
 	}
