@@ -22,20 +22,20 @@ const (
 
 // Status is a snapshot of a worker for metrics and /debug/workers.
 type Status struct {
-	Namespace   string        `json:"namespace"`
-	Service     string        `json:"service"`
-	State       State         `json:"state"`
-	Window      time.Duration `json:"-"`
-	WindowText  string        `json:"window"`
-	Desired     int           `json:"desired"`
-	Registered  int           `json:"registered"`
-	Pending     bool          `json:"pending"`
-	Events      uint64        `json:"events"`
-	Flushes     uint64        `json:"flushes"`
-	LastFlush   time.Time     `json:"lastFlush,omitzero"`
-	LastError   string        `json:"lastError,omitempty"`
-	Failures    int           `json:"consecutiveFailures,omitempty"`
-	Instances   []consul.Instance `json:"instances,omitempty"`
+	Namespace  string            `json:"namespace"`
+	Service    string            `json:"service"`
+	State      State             `json:"state"`
+	Window     time.Duration     `json:"-"`
+	WindowText string            `json:"window"`
+	Desired    int               `json:"desired"`
+	Registered int               `json:"registered"`
+	Pending    bool              `json:"pending"`
+	Events     uint64            `json:"events"`
+	Flushes    uint64            `json:"flushes"`
+	LastFlush  time.Time         `json:"lastFlush,omitzero"`
+	LastError  string            `json:"lastError,omitempty"`
+	Failures   int               `json:"consecutiveFailures,omitempty"`
+	Instances  []consul.Instance `json:"instances,omitempty"`
 }
 
 // Observer receives a worker's measurements (metrics). Calls come from the
@@ -49,14 +49,14 @@ type Observer interface {
 
 // Flush describes one flush for an Observer.
 type Flush struct {
-	Coalesced   uint64 // events folded into it
-	Applied     consul.Applied
-	Err         error
-	Latency     time.Duration // from the first pending change to commit; 0 if unknown
-	Desired     int
-	Registered  int
-	Window      time.Duration
-	Wrote       bool
+	Coalesced  uint64 // events folded into it
+	Applied    consul.Applied
+	Err        error
+	Latency    time.Duration // from the first pending change to commit; 0 if unknown
+	Desired    int
+	Registered int
+	Window     time.Duration
+	Wrote      bool
 }
 
 type nopObserver struct{}

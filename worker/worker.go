@@ -47,10 +47,10 @@ type Options struct {
 	Config   Config
 	Lookup   Lookup
 	Store    Store
-	Clock    clock.Clock   // default: the real clock
-	Log      hclog.Logger  // default: discard
-	Reporter Reporter      // default: none
-	Observer Observer      // default: none
+	Clock    clock.Clock     // default: the real clock
+	Log      hclog.Logger    // default: discard
+	Reporter Reporter        // default: none
+	Observer Observer        // default: none
 	Gate     <-chan struct{} // closed once the fleet is bootstrapped; nil: open
 	// Owned is this Service's owned state as read at bootstrap. When
 	// OwnedKnown is false the worker reads it from Consul before its first
