@@ -1,0 +1,50 @@
+// Package k8s is fleetsync's only reader of the Kubernetes API: it watches
+// Services and EndpointSlices and hands out a typed, read-only view of one
+// Service at a time.
+//
+// # What the Watcher guarantees
+//
+//   - One informer per kind. A Watcher runs exactly one shared Service
+//     informer and one shared discovery.k8s.io/v1 EndpointSlice informer for
+//     the whole cluster, however many Services are synced: two watch streams
+//     and two relists for the API server, never one per Service. Slices are
+//     indexed by "namespace/<label kubernetes.io/service-name>", so the slices
+//     of one Service are found without a scan.
+//   - Level-based notifications. Handler.Changed(key) means "look at this
+//     Service again", nothing more: it carries no event type and no object.
+//     A burst of changes may produce one call or many; a caller reads the
+//     current state with Watcher.Service and acts on that. Changed is called
+//     for every add, update and delete of a Service, and of an EndpointSlice
+//     that names a Service in its kubernetes.io/service-name label (slices
+//     without it are ignored; a slice whose label changed notifies both keys).
+//     Updates that carry an unchanged resourceVersion (informer resyncs,
+//     relists after a watch gap) notify only when a resync period is set.
+//     Changed runs on an informer goroutine and must return quickly.
+//   - Complete initial state. WaitForSync returns true only once both
+//     informers have listed everything and Changed has been called for every
+//     Service and slice of that first list. Callers must not delete anything
+//     in Consul before that.
+//   - Views are built on demand and are read-only. Watcher.Service builds a
+//     Service from the caches at call time, merging every slice of the
+//     Service, deduplicating endpoints by address and sorting them by Address
+//     (string order). Nothing is deep-copied: Service.Annotations and
+//     Service.Object are the cached values and must not be mutated. The two
+//     caches are independent, so a view may pair a Service spec with slices
+//     a moment older or newer; the next Changed call brings the next view.
+//   - Input problems are reported, not fatal. Unusable parts of a slice
+//     (an FQDN slice, an address that is not an IP, a port without a number)
+//     are skipped and described in Service.Problems, sorted.
+//   - Memory. Cached objects lose their managedFields and the
+//     kubectl.kubernetes.io/last-applied-configuration annotation before
+//     they are stored; no other copy is kept.
+//   - Goroutines end. Start runs the informers on goroutines that end when
+//     its context is cancelled; Wait returns once they all have.
+//
+// # Writes
+//
+// The package never writes to the cluster, except Events through Recorder
+// (rate-limited and deduplicated by client-go's event correlator). The RBAC
+// it needs: list and watch on services and discovery.k8s.io endpointslices,
+// get on the kube-system namespace (ClusterUID), and create and patch on
+// events.
+package k8s

@@ -1,0 +1,159 @@
+package k8s
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+)
+
+// reporter records one input problem; the caller prefixes where it was found.
+type reporter func(format string, args ...any)
+
+// merger folds the endpoints of every slice of one Service into one
+// endpoint per address.
+type merger struct {
+	endpoints []Endpoint
+	index     map[string]int // Address -> position in endpoints
+	problems  []string
+}
+
+// mergeSlices merges the endpoints of all slices of one Service. It sorts
+// slices by name in place, so that "first known" is deterministic. The
+// result is sorted by Address, the problems are sorted; both are nil when
+// empty.
+func mergeSlices(slices []*discoveryv1.EndpointSlice) ([]Endpoint, []string) {
+	sortByName(slices)
+	m := &merger{index: make(map[string]int)}
+	for _, s := range slices {
+		m.addSlice(s)
+	}
+	return m.result()
+}
+
+func (m *merger) addSlice(s *discoveryv1.EndpointSlice) {
+	report := func(format string, args ...any) {
+		m.problems = append(m.problems, fmt.Sprintf("EndpointSlice %s/%s: ", s.Namespace, s.Name)+fmt.Sprintf(format, args...))
+	}
+	if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+		report("addressType %s is not supported, ignored", s.AddressType)
+		return
+	}
+	ports := slicePorts(s.Ports, report)
+	for i := range s.Endpoints {
+		m.addEndpoint(&s.Endpoints[i], i, s.AddressType, ports, report)
+	}
+}
+
+// addEndpoint adds every address of one slice endpoint.
+func (m *merger) addEndpoint(ep *discoveryv1.Endpoint, i int, family discoveryv1.AddressType, ports map[string]int32, report reporter) {
+	if len(ep.Addresses) == 0 {
+		report("endpoints[%d]: no addresses, ignored", i)
+		return
+	}
+	base := endpointOf(ep)
+	for j, raw := range ep.Addresses {
+		reportAt := func(format string, args ...any) {
+			report("endpoints[%d].addresses[%d] %q: %s", i, j, raw, fmt.Sprintf(format, args...))
+		}
+		address, err := parseAddress(raw, family)
+		if err != nil {
+			reportAt("%v", err)
+			continue
+		}
+		e := base
+		e.Address = address
+		m.add(e, ports, reportAt)
+	}
+}
+
+// add stores e with its own copy of ports, or merges it into the endpoint
+// already seen at the same address.
+func (m *merger) add(e Endpoint, ports map[string]int32, report reporter) {
+	pos, seen := m.index[e.Address]
+	if !seen {
+		e.Ports = maps.Clone(ports)
+		m.index[e.Address] = len(m.endpoints)
+		m.endpoints = append(m.endpoints, e)
+		return
+	}
+	m.endpoints[pos].absorb(e, ports, report)
+}
+
+// absorb merges another copy of the same address: ports are united (the
+// first number seen for a name wins), Ready and Serving are ORed,
+// Terminating is ANDed, and empty Pod, Node and Zone are filled in.
+func (e *Endpoint) absorb(other Endpoint, ports map[string]int32, report reporter) {
+	for name, port := range ports {
+		have, ok := e.Ports[name]
+		switch {
+		case !ok:
+			e.Ports[name] = port
+		case have != port:
+			report("port %q is %d here but %d in an earlier copy of the address, kept %d", name, port, have, have)
+		}
+	}
+	e.Ready = e.Ready || other.Ready
+	e.Serving = e.Serving || other.Serving
+	e.Terminating = e.Terminating && other.Terminating
+	e.Pod = cmp.Or(e.Pod, other.Pod)
+	e.Node = cmp.Or(e.Node, other.Node)
+	e.Zone = cmp.Or(e.Zone, other.Zone)
+}
+
+func (m *merger) result() ([]Endpoint, []string) {
+	slices.SortFunc(m.endpoints, func(a, b Endpoint) int { return cmp.Compare(a.Address, b.Address) })
+	slices.Sort(m.problems)
+	return m.endpoints, m.problems
+}
+
+// endpointOf returns the conditions and location of ep, without address
+// or ports.
+func endpointOf(ep *discoveryv1.Endpoint) Endpoint {
+	ready := ptr.Deref(ep.Conditions.Ready, true)
+	e := Endpoint{
+		Ready:       ready,
+		Serving:     ptr.Deref(ep.Conditions.Serving, ready),
+		Terminating: ptr.Deref(ep.Conditions.Terminating, false),
+		Node:        ptr.Deref(ep.NodeName, ""),
+		Zone:        ptr.Deref(ep.Zone, ""),
+	}
+	if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+		e.Pod = ep.TargetRef.Name
+	}
+	return e
+}
+
+// slicePorts maps port name to number for one slice. A port without a
+// number is skipped with a problem, except the "all ports" form: a single
+// unnamed port with no number, which leaves the endpoints without ports.
+func slicePorts(ports []discoveryv1.EndpointPort, report reporter) map[string]int32 {
+	out := make(map[string]int32, len(ports))
+	for i, p := range ports {
+		name := ptr.Deref(p.Name, "")
+		_, duplicate := out[name]
+		switch {
+		case p.Port == nil && isAllPorts(ports):
+		case p.Port == nil:
+			report("ports[%d] %q: port is nil, skipped", i, name)
+		case *p.Port < 1 || *p.Port > 65535:
+			report("ports[%d] %q: port %d is out of range, skipped", i, name, *p.Port)
+		case duplicate:
+			report("ports[%d] %q: duplicate port name, skipped", i, name)
+		default:
+			out[name] = *p.Port
+		}
+	}
+	return out
+}
+
+func isAllPorts(ports []discoveryv1.EndpointPort) bool {
+	return len(ports) == 1 && ports[0].Port == nil && ptr.Deref(ports[0].Name, "") == ""
+}
+
+func sortByName(s []*discoveryv1.EndpointSlice) {
+	slices.SortFunc(s, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+}

@@ -1,0 +1,69 @@
+package k8s
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Port is one port of the Service spec.
+type Port struct {
+	Name     string
+	Port     int32
+	NodePort int32
+	Protocol string
+}
+
+// Endpoint is one endpoint address of a Service, merged across all its
+// EndpointSlices.
+type Endpoint struct {
+	Address     string           // one IP (v4 or v6), canonical form (netip)
+	Ports       map[string]int32 // EndpointSlice port name ("" for an unnamed port) -> port; never nil, owned by this Endpoint
+	Ready       bool             // conditions.ready; nil means true
+	Serving     bool             // conditions.serving; nil means the value of Ready
+	Terminating bool             // conditions.terminating; nil means false
+	Pod         string           // targetRef name, if its kind is Pod
+	Node        string           // nodeName, when known
+	Zone        string           // zone, when known
+}
+
+// Service is the typed view of one Service: its spec, annotations and
+// merged endpoints. It is built on demand by Watcher.Service; the slices and
+// Endpoints are the caller's, Annotations and Object are shared with the
+// cache.
+type Service struct {
+	Key
+	UID         types.UID
+	Type        corev1.ServiceType
+	Annotations map[string]string // shared with the cache: callers must not mutate
+	Ports       []Port
+	Endpoints   []Endpoint      // sorted by Address (string order), deduped by address
+	Problems    []string        // non-fatal input problems, each naming the EndpointSlice and field; sorted
+	Object      *corev1.Service // for Events (object reference); from the cache, read-only
+}
+
+// newService builds the view of svc from its EndpointSlices.
+func newService(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) *Service {
+	endpoints, problems := mergeSlices(slices)
+	return &Service{
+		Key:         Key{Namespace: svc.Namespace, Name: svc.Name},
+		UID:         svc.UID,
+		Type:        svc.Spec.Type,
+		Annotations: svc.Annotations,
+		Ports:       specPorts(svc.Spec.Ports),
+		Endpoints:   endpoints,
+		Problems:    problems,
+		Object:      svc,
+	}
+}
+
+func specPorts(in []corev1.ServicePort) []Port {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Port, 0, len(in))
+	for _, p := range in {
+		out = append(out, Port{Name: p.Name, Port: p.Port, NodePort: p.NodePort, Protocol: string(p.Protocol)})
+	}
+	return out
+}

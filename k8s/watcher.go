@@ -1,0 +1,219 @@
+package k8s
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// sliceServiceIndex indexes EndpointSlices by "namespace/<service name>".
+const sliceServiceIndex = "service"
+
+// Handler receives "look again" notifications. Calls must return quickly
+// (they run on the informer goroutine).
+type Handler interface{ Changed(key Key) }
+
+// Watcher owns one shared Service informer and one shared EndpointSlice
+// informer, and builds Service views from their caches. See the package
+// documentation for what it guarantees.
+type Watcher struct {
+	log    hclog.Logger
+	resync time.Duration
+
+	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
+	synced   []cache.ResourceEventHandlerRegistration
+
+	mu      sync.Mutex
+	started bool
+	handler Handler // written before Start only; read by informer goroutines
+
+	wg sync.WaitGroup
+}
+
+// NewWatcher builds the two informers over the whole cluster; nothing runs
+// until Start. resync 0 disables informer resync; a positive resync makes
+// every cached Service and slice notify again once per period.
+func NewWatcher(client kubernetes.Interface, resync time.Duration, log hclog.Logger) *Watcher {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	w := &Watcher{
+		log:    log,
+		resync: resync,
+		services: coreinformers.NewServiceInformer(client, metav1.NamespaceAll, resync,
+			cache.Indexers{}),
+		slices: discoveryinformers.NewEndpointSliceInformer(client, metav1.NamespaceAll, resync,
+			cache.Indexers{sliceServiceIndex: sliceIndexFunc}),
+	}
+	w.setup(w.services, "Service", w.serviceHandler())
+	w.setup(w.slices, "EndpointSlice", w.sliceHandler())
+	return w
+}
+
+// setup installs the memory transform, the watch error log and the event
+// handler on a not yet started informer.
+func (w *Watcher) setup(inf cache.SharedIndexInformer, kind string, h cache.ResourceEventHandler) {
+	if err := inf.SetTransform(stripForCache); err != nil {
+		w.log.Error("Cannot set informer transform", "kind", kind, "error", err)
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(w.watchErrorHandler(kind)); err != nil {
+		w.log.Error("Cannot set watch error handler", "kind", kind, "error", err)
+	}
+	reg, err := inf.AddEventHandler(h)
+	if err != nil {
+		w.log.Error("Cannot add informer event handler", "kind", kind, "error", err)
+		return
+	}
+	w.synced = append(w.synced, reg)
+}
+
+// SetHandler sets the receiver of Changed notifications. It must be called
+// before Start; later calls are ignored and logged.
+func (w *Watcher) SetHandler(h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		w.log.Error("SetHandler called after Start, ignored")
+		return
+	}
+	w.handler = h
+}
+
+// Start runs both informers on goroutines of their own and returns at once.
+// They stop when ctx is done; Wait waits for them. A second Start is a
+// no-op.
+func (w *Watcher) Start(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		w.log.Warn("Watcher already started")
+		return
+	}
+	w.started = true
+	w.wg.Go(func() { w.services.RunWithContext(ctx) })
+	w.wg.Go(func() { w.slices.RunWithContext(ctx) })
+}
+
+// Wait blocks until every goroutine started by Start has ended, which
+// happens after Start's context is done. It returns at once if Start was
+// never called.
+func (w *Watcher) Wait() { w.wg.Wait() }
+
+// WaitForSync blocks until both informers have listed their initial state
+// and Changed has been called for all of it, or ctx is done. It reports
+// whether the sync completed. Before Start it can only end with ctx.
+func (w *Watcher) WaitForSync(ctx context.Context) bool {
+	checkers := make([]cache.DoneChecker, 0, len(w.synced))
+	for _, reg := range w.synced {
+		checkers = append(checkers, reg.HasSyncedChecker())
+	}
+	if len(checkers) != 2 {
+		return false
+	}
+	return cache.WaitFor(ctx, "", checkers...)
+}
+
+// HasSynced reports, without blocking, whether WaitForSync would return
+// true.
+func (w *Watcher) HasSynced() bool {
+	if len(w.synced) != 2 {
+		return false
+	}
+	for _, reg := range w.synced {
+		if !reg.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Service builds the view of one Service from the caches, merging all of
+// its EndpointSlices. It returns false if the Service is not in the cache.
+func (w *Watcher) Service(key Key) (*Service, bool, error) {
+	obj, exists, err := w.services.GetIndexer().GetByKey(key.String())
+	if err != nil {
+		return nil, false, fmt.Errorf("get service %s from cache: %w", key, err)
+	}
+	if !exists {
+		return nil, false, nil
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, false, fmt.Errorf("get service %s from cache: unexpected type %T", key, obj)
+	}
+	endpointSlices, err := w.slicesOf(key)
+	if err != nil {
+		return nil, false, err
+	}
+	return newService(svc, endpointSlices), true, nil
+}
+
+// slicesOf returns the cached EndpointSlices labelled for key.
+func (w *Watcher) slicesOf(key Key) ([]*discoveryv1.EndpointSlice, error) {
+	objs, err := w.slices.GetIndexer().ByIndex(sliceServiceIndex, key.String())
+	if err != nil {
+		return nil, fmt.Errorf("get endpointslices of %s from cache: %w", key, err)
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, obj := range objs {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return nil, fmt.Errorf("get endpointslices of %s from cache: unexpected type %T", key, obj)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Keys returns the key of every Service in the cache, sorted.
+func (w *Watcher) Keys() []Key {
+	objs := w.services.GetIndexer().List()
+	keys := make([]Key, 0, len(objs))
+	for _, obj := range objs {
+		if svc, ok := obj.(*corev1.Service); ok {
+			keys = append(keys, Key{Namespace: svc.Namespace, Name: svc.Name})
+		}
+	}
+	slices.SortFunc(keys, func(a, b Key) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return keys
+}
+
+// sliceIndexFunc indexes a slice under the Service its
+// kubernetes.io/service-name label names; unlabelled slices are not
+// indexed.
+func sliceIndexFunc(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, fmt.Errorf("index endpointslice: unexpected type %T", obj)
+	}
+	key, ok := sliceServiceKey(s)
+	if !ok {
+		return nil, nil
+	}
+	return []string{key.String()}, nil
+}
+
+// sliceServiceKey returns the Service a slice belongs to, from its
+// kubernetes.io/service-name label.
+func sliceServiceKey(s *discoveryv1.EndpointSlice) (Key, bool) {
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return Key{}, false
+	}
+	return Key{Namespace: s.Namespace, Name: name}, true
+}
