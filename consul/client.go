@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -49,9 +50,13 @@ func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResp
 type Options struct {
 	MaxOps   int // operations per transaction, node op included (default 128)
 	MaxBytes int // approximate body bytes per transaction (default 384 KiB)
+	// Budget limits the write rate and concurrency; nil: unlimited.
+	Budget *Budget
 	// Observe, when set, is called after every transaction with its op count,
 	// duration in seconds and error (nil on success).
 	Observe func(ops int, seconds float64, err error)
+	// ObserveWait, when set, is called with every budget wait.
+	ObserveWait func(waited time.Duration, high bool)
 }
 
 // Client reads owned state and writes changes. Safe for concurrent use.
@@ -140,4 +145,14 @@ func fromAPI(node string, s *api.AgentService, hc *api.HealthCheck) Registered {
 		r.Check = Check{Status: hc.Status, Output: hc.Output}
 	}
 	return r
+}
+
+// Acquire waits for the write budget of one transaction (see Budget). The
+// caller passes the permit in Change.Permit, or releases it.
+func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
+	p, err := c.opts.Budget.Acquire(ctx, high)
+	if err == nil && c.opts.ObserveWait != nil && c.opts.Budget != nil {
+		c.opts.ObserveWait(p.Waited, high)
+	}
+	return p, err
 }

@@ -76,6 +76,11 @@ type Change struct {
 	Register   []Instance   // absent from Consul: created with CAS index 0
 	Update     []Update     // present but different: CAS on the read indexes
 	Deregister []Registered // present but not desired: delete-CAS
+	// High asks the write budget for priority (see Budget).
+	High bool
+	// Permit, when the caller already acquired one (Client.Acquire), pays
+	// for the first transaction; Apply acquires the rest and releases all.
+	Permit Permit
 }
 
 // Empty reports whether the change writes nothing.

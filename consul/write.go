@@ -41,12 +41,20 @@ const (
 // error matches ErrConflict when a CAS failed, ErrRefused when ownership
 // refused an input (then nothing at all is sent).
 func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
+	permit := ch.Permit
+	defer func() { permit.Release() }()
 	groups, err := c.plan(ch)
 	if err != nil {
 		return Applied{}, err
 	}
 	var done Applied
-	for len(groups) > 0 {
+	for first := true; len(groups) > 0; first = false {
+		if !first || permit.b == nil {
+			permit.Release()
+			if permit, err = c.Acquire(ctx, ch.High); err != nil {
+				return done, err
+			}
+		}
 		n, bytes := 0, 0
 		ops := api.TxnOps{c.nodeOp()}
 		for n < len(groups) && len(ops)+len(groups[n].ops) <= c.opts.MaxOps &&
