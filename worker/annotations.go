@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -143,9 +144,9 @@ func ParsePort(value string) (PortChoice, error) {
 	if value == "" {
 		return PortChoice{}, fmt.Errorf("must not be empty")
 	}
-	if n, err := strconv.Atoi(value); err == nil {
-		if n < 1 || n > 65535 {
-			return PortChoice{}, fmt.Errorf("port number %d is out of range 1-65535", n)
+	if n, err := strconv.Atoi(value); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || n < 1 || n > 65535 {
+			return PortChoice{}, fmt.Errorf("port number %s is out of range 1-65535", value)
 		}
 		return PortChoice{Number: n}, nil
 	}

@@ -10,7 +10,8 @@
 // Window rules (W is --window or the fleetsync.io/window annotation):
 //
 //   - Leading edge: a change that arrives when the last flush completed at
-//     least W ago is flushed at once.
+//     least W ago is flushed at once. (A flush here is a write, or a failed
+//     attempt: a look that found nothing to write opens no window.)
 //   - Coalescing: changes within W of the last flush are folded into one flush
 //     at the window's end, which reads the latest state.
 //   - Max delay: a pending change waits at most W after the previous flush

@@ -85,7 +85,7 @@ func (w *Worker) setState(st State) {
 }
 
 // record updates the status and the observer after a flush.
-func (w *Worker) record(now time.Time, since int64, res syncResult, err error, s *scheduler) {
+func (w *Worker) record(now time.Time, since int64, coalesced uint64, res syncResult, err error, s *scheduler) {
 	var latency time.Duration
 	if since != 0 && err == nil && res.applied.Txns > 0 {
 		latency = now.Sub(time.Unix(0, since))
@@ -104,7 +104,7 @@ func (w *Worker) record(now time.Time, since int64, res syncResult, err error, s
 		w.status.LastError = err.Error()
 		w.status.State = StateBackingOff
 	case res.invalid:
-		w.status.LastError = w.lastReport
+		w.status.LastError = res.problem
 		w.status.State = StateInvalid
 	default:
 		w.status.LastError = ""
@@ -126,7 +126,7 @@ func (w *Worker) record(now time.Time, since int64, res syncResult, err error, s
 			"deregistered", res.applied.Deregistered, "txns", res.applied.Txns, "latency", latency)
 	}
 	w.opts.Observer.Flushed(Flush{
-		Applied: res.applied, Err: err, Latency: latency, Desired: desired,
+		Coalesced: coalesced, Applied: res.applied, Err: err, Latency: latency, Desired: desired,
 		Registered: registered, Window: s.window, Wrote: wrote,
 	})
 }

@@ -79,7 +79,10 @@ type Worker struct {
 	// Owned by the Run goroutine.
 	owned      map[string]consul.Registered
 	ownedKnown bool
-	lastReport string
+	// reported holds the messages reported for the last look at the
+	// Service: each is reported once while it lasts.
+	reported      map[string]bool
+	eventsFlushed uint64 // events counted by earlier flushes
 
 	mu     sync.Mutex
 	status Status
@@ -215,7 +218,17 @@ func (w *Worker) drain(ctx context.Context, s *scheduler) {
 // flush runs one sync and updates the schedule. It reports whether the
 // worker is finished.
 func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
+	// A wake-up queued before this point is covered by this flush, which
+	// reads the state after it: drop it, or it would cause a second look
+	// (and a "pending" status) for nothing.
+	select {
+	case <-w.trigger:
+	default:
+	}
 	since := w.pendingSince.Swap(0)
+	events := w.events.Load()
+	coalesced := events - w.eventsFlushed
+	w.eventsFlushed = events
 	s.dirty = false
 	w.setState(StateFlushing)
 	res, err := w.sync(ctx)
@@ -224,6 +237,8 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 		// Only a write (or a failed attempt) opens a window: a look that
 		// found nothing to do leaves the next change free to go at once.
 		s.flushed(now, err)
+	} else {
+		s.failures = 0
 	}
 	if res.window != nil {
 		s.window = *res.window
@@ -234,7 +249,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 			w.pendingSince.CompareAndSwap(0, since)
 		}
 	}
-	w.record(now, since, res, err, s)
+	w.record(now, since, coalesced, res, err, s)
 	return err == nil && res.finished
 }
 
@@ -245,6 +260,7 @@ type syncResult struct {
 	applied  consul.Applied
 	finished bool
 	invalid  bool
+	problem  string // why the Service is invalid
 }
 
 // sync computes the desired state, diffs it against the owned state and
@@ -311,29 +327,33 @@ func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
 	}
 	spec, err := Desired(svc, w.opts.Config)
 	res := syncResult{window: &spec.Window}
+	before := w.reported
+	w.reported = make(map[string]bool)
 	if err != nil {
 		res.invalid = true
-		w.report(svc, ReasonInvalidAnnotation, err.Error())
+		res.problem = err.Error()
+		w.report(svc, before, ReasonInvalidAnnotation, err.Error())
 		return nil, res, nil
 	}
 	for _, warn := range spec.Warnings {
-		w.report(svc, ReasonInvalidAnnotation, warn)
-	}
-	if len(spec.Warnings) == 0 {
-		w.lastReport = ""
+		w.report(svc, before, ReasonInvalidAnnotation, warn)
 	}
 	for _, p := range svc.Problems {
-		w.report(svc, ReasonEndpointSkipped, p)
+		w.report(svc, before, ReasonEndpointSkipped, p)
 	}
 	return spec.Instances, res, nil
 }
 
-// report sends a Warning event and log line once per distinct message.
-func (w *Worker) report(svc *k8s.Service, reason, msg string) {
-	if msg == w.lastReport {
+// report sends a Warning event and log line for msg unless it was reported
+// for the previous look (before) already.
+func (w *Worker) report(svc *k8s.Service, before map[string]bool, reason, msg string) {
+	if w.reported[msg] {
 		return
 	}
-	w.lastReport = msg
+	w.reported[msg] = true
+	if before[msg] {
+		return
+	}
 	w.log.Warn("Service cannot be synced as it is", "reason", reason, "error", msg)
 	if w.opts.Reporter != nil && svc.Object != nil {
 		w.opts.Reporter.Warning(svc.Object, reason, msg)
