@@ -58,6 +58,7 @@ type Hooks interface {
 	WorkerRestarted(key k8s.Key)
 	Bootstrapped(d time.Duration, owned, foreign int)
 	BootstrapReadFailed(err error)
+	InformersSynced()
 }
 
 type nopHooks struct{}
@@ -67,6 +68,7 @@ func (nopHooks) WorkerStopped(k8s.Key)                {}
 func (nopHooks) WorkerRestarted(k8s.Key)              {}
 func (nopHooks) Bootstrapped(time.Duration, int, int) {}
 func (nopHooks) BootstrapReadFailed(error)            {}
+func (nopHooks) InformersSynced()                     {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -119,6 +121,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if !s.opts.Watcher.WaitForSync(ctx) {
 		return nil // ctx done
 	}
+	s.opts.Hooks.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
 	owned, foreign, err := s.readOwned(ctx)
 	if err != nil {
@@ -207,17 +210,18 @@ func (s *Supervisor) changed(key k8s.Key) {
 		return
 	}
 	if s.ctx.Err() == nil && s.wants(key) {
-		s.startLocked(key, nil, false)
+		s.startLocked(key, nil, false).Notify() // the event that made it counts as a change
 	}
 }
 
 // startLocked starts the worker of key; s.mu is held.
-func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) {
+func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
 	e := &entry{w: s.newWorker(key, owned, ownedKnown)}
 	s.workers[key] = e
 	s.opts.Hooks.WorkerStarted(key)
 	s.wg.Add(1)
 	go s.runWorker(s.ctx, key, e)
+	return e.w
 }
 
 func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {

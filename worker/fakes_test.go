@@ -538,12 +538,12 @@ func (h *harness) awaitTimer() {
 
 // awaitIdle waits until the worker has done flushes flushes and is idle
 // (or invalid) with nothing pending.
-func (h *harness) awaitIdle(flushes uint64) Status {
+func (h *harness) awaitIdle(looks uint64) Status {
 	h.t.Helper()
 	var st Status
-	h.until(fmt.Sprintf("became idle after %d flushes", flushes), func() bool {
+	h.until(fmt.Sprintf("became idle after %d looks", looks), func() bool {
 		st = h.w.Status()
-		return st.Flushes == flushes && (st.State == StateIdle || st.State == StateInvalid) && !st.Pending
+		return st.Looks == looks && (st.State == StateIdle || st.State == StateInvalid) && !st.Pending
 	})
 	if h.clk.HasWaiters() {
 		h.t.Fatalf("idle worker has a timer armed; status %+v", st)

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -31,11 +33,25 @@ type Status struct {
 	Registered int               `json:"registered"`
 	Pending    bool              `json:"pending"`
 	Events     uint64            `json:"events"`
-	Flushes    uint64            `json:"flushes"`
+	Flushes    uint64            `json:"flushes"` // flushes that wrote or failed
+	Looks      uint64            `json:"looks"`   // passes over the state, flushes included
 	LastFlush  time.Time         `json:"lastFlush,omitzero"`
 	LastError  string            `json:"lastError,omitempty"`
 	Failures   int               `json:"consecutiveFailures,omitempty"`
+	Ops        OpCounts          `json:"instanceWrites"`
+	Conflicts  uint64            `json:"casConflicts"`
+	Errors     uint64            `json:"flushErrors"`
+	Retries    uint64            `json:"retries"`
+	Latency    Histogram         `json:"-"` // change-to-Consul latency, seconds
+	Coalesced  Histogram         `json:"-"` // events per flush
 	Instances  []consul.Instance `json:"instances,omitempty"`
+}
+
+// OpCounts counts instances written, by kind.
+type OpCounts struct {
+	Register   uint64 `json:"register"`
+	Update     uint64 `json:"update"`
+	Deregister uint64 `json:"deregister"`
 }
 
 // Observer receives a worker's measurements (metrics). Calls come from the
@@ -43,7 +59,8 @@ type Status struct {
 type Observer interface {
 	Event()
 	Conflict()
-	// Flushed is called after every flush that did something or failed.
+	// Flushed is called after every pass over the state; Flush.Wrote and
+	// Flush.Err tell a real flush from a look that found nothing to write.
 	Flushed(f Flush)
 }
 
@@ -73,6 +90,8 @@ func (w *Worker) Status() Status {
 	s.Events = w.events.Load()
 	s.Pending = w.pendingSince.Load() != 0 || s.State == StatePending || s.State == StateBackingOff
 	s.WindowText = s.Window.String()
+	s.Latency = s.Latency.clone()
+	s.Coalesced = s.Coalesced.clone()
 	return s
 }
 
@@ -85,14 +104,32 @@ func (w *Worker) setState(st State) {
 }
 
 // record updates the status and the observer after a flush.
-func (w *Worker) record(now time.Time, since int64, coalesced uint64, res syncResult, err error, s *scheduler) {
+func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesced uint64, res syncResult, err error, s *scheduler) {
 	var latency time.Duration
 	if since != 0 && err == nil && res.applied.Txns > 0 {
 		latency = now.Sub(time.Unix(0, since))
 	}
+	wrote := res.applied.Txns > 0
+	flushed := wrote || err != nil
 	w.mu.Lock()
-	w.status.Flushes++
-	w.status.LastFlush = now
+	w.status.Looks++
+	if flushed {
+		w.status.Flushes++
+		w.status.LastFlush = now
+		w.status.Coalesced.Observe(float64(coalesced))
+		if w.status.Failures > 0 {
+			w.status.Retries++
+		}
+	}
+	if err != nil {
+		w.status.Errors++
+	}
+	if latency > 0 {
+		w.status.Latency.Observe(latency.Seconds())
+	}
+	w.status.Ops.Register += uint64(res.applied.Registered)
+	w.status.Ops.Update += uint64(res.applied.Updated)
+	w.status.Ops.Deregister += uint64(res.applied.Deregistered)
 	w.status.Window = s.window
 	w.status.Registered = len(w.owned)
 	w.status.Failures = s.failures
@@ -113,15 +150,20 @@ func (w *Worker) record(now time.Time, since int64, coalesced uint64, res syncRe
 	desired, registered := w.status.Desired, w.status.Registered
 	w.mu.Unlock()
 
-	wrote := res.applied.Txns > 0
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopping: not a failure worth a log line.
+	case err != nil:
 		var pe *PanicError
 		if errors.As(err, &pe) {
 			w.log.Error("Worker panicked during flush", "panic", pe.Value, "stack", pe.Stack)
 		} else {
 			w.log.Warn("Flush failed; will retry", "failures", s.failures, "error", err)
 		}
-	} else if wrote {
+		if s.failures == failuresBeforeEvent {
+			w.reportFailure(err)
+		}
+	case wrote:
 		w.log.Debug("Flushed", "registered", res.applied.Registered, "updated", res.applied.Updated,
 			"deregistered", res.applied.Deregistered, "txns", res.applied.Txns, "latency", latency)
 	}
@@ -129,4 +171,17 @@ func (w *Worker) record(now time.Time, since int64, coalesced uint64, res syncRe
 		Coalesced: coalesced, Applied: res.applied, Err: err, Latency: latency, Desired: desired,
 		Registered: registered, Window: s.window, Wrote: wrote,
 	})
+}
+
+// failuresBeforeEvent consecutive failed flushes make a Kubernetes Event
+// (once per streak): a Consul refusal the user may have to fix (ACLs, say).
+const failuresBeforeEvent = 5
+
+func (w *Worker) reportFailure(err error) {
+	svc, _ := w.opts.Lookup()
+	if svc == nil || svc.Object == nil || w.opts.Reporter == nil {
+		return
+	}
+	w.opts.Reporter.Warning(svc.Object, ReasonSyncFailed,
+		fmt.Sprintf("%d consecutive Consul writes failed, still retrying: %v", failuresBeforeEvent, err))
 }

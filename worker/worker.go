@@ -117,7 +117,8 @@ func New(opts Options) *Worker {
 		w.owned[r.ID] = r
 	}
 	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
-		Window: opts.Config.DefaultWindow, Registered: len(w.owned)}
+		Window: opts.Config.DefaultWindow, Registered: len(w.owned),
+		Latency: NewHistogram(LatencyBuckets), Coalesced: NewHistogram(CoalescedBuckets)}
 	return w
 }
 
@@ -154,6 +155,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			timer.Stop()
 		}
 	}()
+	waited := false // the pending flush waited out a window or a backoff
 	for {
 		var timerC <-chan time.Time
 		if s.dirty {
@@ -163,6 +165,8 @@ func (w *Worker) Run(ctx context.Context) error {
 					timer.Stop()
 					timer = nil
 				}
+				s.isolated = !waited && s.failures == 0
+				waited = false
 				if done := w.flush(ctx, &s); done {
 					return ErrFinished
 				}
@@ -184,6 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			s.dirty = true
 		case <-timerC:
 			timer = nil
+			waited = true
 		}
 	}
 }
@@ -231,7 +236,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	w.eventsFlushed = events
 	s.dirty = false
 	w.setState(StateFlushing)
-	res, err := w.sync(ctx)
+	res, err := w.sync(ctx, s)
 	now := w.clock.Now()
 	if err != nil || res.applied.Txns > 0 {
 		// Only a write (or a failed attempt) opens a window: a look that
@@ -249,7 +254,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 			w.pendingSince.CompareAndSwap(0, since)
 		}
 	}
-	w.record(now, since, coalesced, res, err, s)
+	w.record(ctx, now, since, coalesced, res, err, s)
 	return err == nil && res.finished
 }
 
@@ -266,7 +271,7 @@ type syncResult struct {
 // sync computes the desired state, diffs it against the owned state and
 // writes the difference. A CAS conflict re-reads the owned state and tries
 // once more before it is returned as an error.
-func (w *Worker) sync(ctx context.Context) (res syncResult, err error) {
+func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			buf := make([]byte, 8<<10)
@@ -291,6 +296,9 @@ func (w *Worker) sync(ctx context.Context) (res syncResult, err error) {
 			res.finished = !w.selected() && len(w.owned) == 0
 			return res, nil
 		}
+		if ch, err = w.acquire(ctx, ch, s.isolated); err != nil || ch.Empty() {
+			return res, err
+		}
 		applied, err := w.opts.Store.Apply(ctx, ch)
 		w.merge(applied)
 		res.applied.Txns += applied.Txns
@@ -304,6 +312,9 @@ func (w *Worker) sync(ctx context.Context) (res syncResult, err error) {
 		}
 		if errors.Is(err, consul.ErrConflict) {
 			w.opts.Observer.Conflict()
+			w.mu.Lock()
+			w.status.Conflicts++
+			w.mu.Unlock()
 			w.ownedKnown = false
 			if attempt == 0 && ctx.Err() == nil {
 				continue
@@ -311,6 +322,40 @@ func (w *Worker) sync(ctx context.Context) (res syncResult, err error) {
 		}
 		return res, err
 	}
+}
+
+// Budgeter is implemented by a Store with a global write budget.
+type Budgeter interface {
+	Acquire(ctx context.Context, high bool) (consul.Permit, error)
+}
+
+// acquire waits for the write budget when the Store has one, then diffs
+// again: while the worker waited, newer state may have arrived, and the
+// latest state is what gets written (or nothing, if it now agrees). High
+// priority goes to isolated changes and to changes that only remove
+// instances.
+func (w *Worker) acquire(ctx context.Context, ch consul.Change, isolated bool) (consul.Change, error) {
+	b, ok := w.opts.Store.(Budgeter)
+	if !ok {
+		return ch, nil
+	}
+	high := isolated || (len(ch.Register) == 0 && len(ch.Update) == 0)
+	permit, err := b.Acquire(ctx, high)
+	if err != nil {
+		return ch, err
+	}
+	desired, r, err := w.desired()
+	if err != nil || r.invalid {
+		permit.Release()
+		return consul.Change{}, err
+	}
+	ch = Diff(desired, w.owned)
+	if ch.Empty() {
+		permit.Release()
+		return ch, nil
+	}
+	ch.High, ch.Permit = high, permit
+	return ch, nil
 }
 
 func (w *Worker) selected() bool {
@@ -391,6 +436,7 @@ func (e *PanicError) Error() string { return fmt.Sprintf("worker panicked: %v", 
 // scheduler holds the window rules; it is pure (times are passed in).
 type scheduler struct {
 	window                 time.Duration
+	isolated               bool // the flush about to run is a leading edge
 	dirty                  bool
 	lastFlush              time.Time // completion of the last flush; zero: never
 	failures               int

@@ -287,7 +287,7 @@ func TestRunWindow(t *testing.T) {
 		h.awaitBlockedIn("worker.(*Worker).waitGate")
 		h.notify(nil)
 		h.notify(addEndpoint(epB))
-		if st := h.w.Status(); st.State != StateWaiting || st.Flushes != 0 || st.Events != 2 {
+		if st := h.w.Status(); st.State != StateWaiting || st.Looks != 0 || st.Events != 2 {
 			t.Errorf("status before the gate: %+v", st)
 		}
 		release := h.store.blockNext()

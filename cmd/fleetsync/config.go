@@ -4,11 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -36,6 +36,13 @@ type config struct {
 	RegisterNotReady   bool
 	Window             time.Duration
 	Resync             time.Duration
+
+	MaxWrites        float64
+	WriteBurst       int
+	MaxInflight      int
+	MetricsPerWorker string
+	ConsulGrace      time.Duration
+	EnablePprof      bool
 
 	HTTPAddr        string
 	ShutdownTimeout time.Duration
@@ -90,6 +97,12 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
 
+	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
+	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
+	fs.IntVar(&c.MaxInflight, "consul-max-inflight", 8, "at most this many Consul transactions in flight at once (0: unlimited)")
+	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", "all", "per-worker metric series: all, none, or top-<K> most active workers")
+	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":9090", "listen address for /metrics, /healthz, /readyz and /debug")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "time allowed on SIGTERM for pending flushes")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -132,10 +145,17 @@ func (c *config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("--shutdown-timeout=%s: must not be negative", c.ShutdownTimeout)
 	}
+	if _, err := supervisor.ParsePerWorker(c.MetricsPerWorker); err != nil {
+		return fmt.Errorf("--metrics-per-worker=%w", err)
+	}
+	if c.MaxWrites < 0 || c.MaxInflight < 0 || c.WriteBurst < 1 {
+		return fmt.Errorf("--consul-max-writes-per-second, --consul-max-inflight must not be negative and --consul-write-burst must be at least 1")
+	}
+	if c.ConsulGrace <= 0 {
+		return fmt.Errorf("--consul-unreachable-grace=%s: must be positive", c.ConsulGrace)
+	}
 	if c.K8sTag != "" && c.K8sTag == c.ClusterID {
 		return fmt.Errorf("--k8s-tag=%q: must differ from the cluster id", c.K8sTag)
 	}
 	return nil
 }
-
-func envOrEmpty(name string) string { return os.Getenv(name) }

@@ -12,6 +12,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,7 +47,15 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("consul client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	store := consul.NewClient(capi, cluster, consul.Options{})
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
+	metrics := supervisor.NewMetrics(reg, perWorker)
+	store := consul.NewClient(capi, cluster, consul.Options{
+		Budget:      consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
+		Observe:     metrics.ObserveTxn,
+		ObserveWait: metrics.ObserveWait,
+	})
+	health := consul.NewHealth(capi, nil)
 	recorder := k8s.NewRecorder(kube, "fleetsync", log.Named("events"))
 	defer recorder.Shutdown()
 
@@ -66,12 +75,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err := sup.Selector().Validate(); err != nil {
 		return err
 	}
+	metrics.Attach(reg, sup)
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: newMux(sup, reg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newMux(sup, reg, health, cfg), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", consulConfig(cfg).Address)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -79,6 +89,10 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
 		}
+		return nil
+	})
+	g.Go(func() error {
+		health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2))
 		return nil
 	})
 	g.Go(func() error {

@@ -4,24 +4,37 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
-func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry) *http.ServeMux {
+func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, health *consul.Health, cfg config) *http.ServeMux {
 	mux := http.NewServeMux()
+	if cfg.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !sup.Bootstrapped() {
 			http.Error(w, "not ready: bootstrapping (informers syncing or owned Consul state not read yet)", http.StatusServiceUnavailable)
+			return
+		}
+		if ok, why := health.Reachable(cfg.ConsulGrace); !ok {
+			http.Error(w, fmt.Sprintf("not ready: consul unreachable for over %s: %s", cfg.ConsulGrace, why), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

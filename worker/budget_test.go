@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+)
+
+// budgetStore is a fakeStore with a write budget the test hands out.
+type budgetStore struct {
+	*fakeStore
+	asked chan bool     // the high flag of each Acquire
+	grant chan struct{} // one permit per receive
+}
+
+func (b *budgetStore) Acquire(ctx context.Context, high bool) (consul.Permit, error) {
+	b.asked <- high
+	select {
+	case <-b.grant:
+		return consul.Permit{}, nil
+	case <-ctx.Done():
+		return consul.Permit{}, ctx.Err()
+	}
+}
+
+// TestBudgetPriorityAndLatestStateWins: the first (isolated) flush asks for
+// high priority, a coalesced one for bulk; a change that arrives while the
+// worker waits for budget joins the write it was waiting for.
+func TestBudgetPriorityAndLatestStateWins(t *testing.T) {
+	var bs *budgetStore
+	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
+		o.Store = bs
+	})
+	h.start()
+	h.notify(addEndpoint(epA))
+	if high := <-bs.asked; !high {
+		t.Fatal("isolated change asked for bulk priority")
+	}
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080")
+
+	h.clk.Step(W / 2)
+	h.notify(addEndpoint(epB)) // within the window: waits for its end
+	h.awaitTimer()
+	h.clk.Step(W / 2)
+	if high := <-bs.asked; high {
+		t.Fatal("coalesced change asked for high priority")
+	}
+	h.notify(addEndpoint(epC)) // arrives while the worker waits for budget
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.2:8080", "+10.0.0.3:8080")
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	wantApplies(t, h, 2)
+}
+
+// TestBudgetDeregisterOnlyIsHigh: a change that only removes instances gets
+// priority even when it was coalesced.
+func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
+	var bs *budgetStore
+	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{}, 10)}
+		o.Store = bs
+	})
+	h.start()
+	h.notify(addEndpoint(epA))
+	h.notify(addEndpoint(epB))
+	<-bs.asked
+	bs.grant <- struct{}{}
+	h.flushWrote()
+	h.clk.Step(time.Millisecond)
+	h.notify(func(s *k8s.Service) { s.Endpoints = s.Endpoints[:1] })
+	h.awaitTimer()
+	h.clk.Step(W)
+	if high := <-bs.asked; !high {
+		t.Fatal("deregister-only change asked for bulk priority")
+	}
+	bs.grant <- struct{}{}
+	h.wrote("-10.0.0.2:8080")
+}
