@@ -69,7 +69,12 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	n := seq.Add(1)
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	if len(name) > 40 {
 		name = name[:40]
 	}
