@@ -110,8 +110,9 @@ func run(m *testing.M) int {
 
 	code := m.Run()
 	if code != 0 {
+		quote := func(s string) string { return "    | " + strings.ReplaceAll(s, "\n", "\n    | ") }
 		fmt.Fprintf(os.Stderr, "smoke: kube-apiserver log tail:\n%s\nsmoke: consul log tail:\n%s\n",
-			kube.APIServer.LogTail(30), consul.Agent().LogTail(30))
+			quote(kube.APIServer.LogTail(20)), quote(consul.Agent().LogTail(20)))
 	}
 	return code
 }

@@ -92,7 +92,7 @@ func ConsulT(t testing.TB) *Consul {
 
 // StartConsul starts a Consul dev agent and returns once it has a leader and
 // its own node is in the catalog. The caller must call Stop.
-func StartConsul(ctx context.Context, opts ConsulOptions) (_ *Consul, err error) {
+func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 	bin, err := binPath(opts.BinDir, ConsulBin)
 	if err != nil {
 		return nil, err
@@ -112,16 +112,12 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (_ *Consul, err error)
 		IdleConnTimeout:     90 * time.Second,
 	}
 	c.http = &http.Client{Transport: c.transport}
-	defer func() {
-		if err != nil {
-			_ = c.Stop()
-		}
-	}()
 	if err := c.start(ctx, "consul"); err != nil {
+		_ = c.Stop()
 		return nil, err
 	}
-	c.Client, err = consulapi.NewClient(&consulapi.Config{Address: c.Addr, Scheme: "http", HttpClient: c.http})
-	if err != nil {
+	if c.Client, err = consulapi.NewClient(&consulapi.Config{Address: c.Addr, Scheme: "http", HttpClient: c.http}); err != nil {
+		_ = c.Stop()
 		return nil, err
 	}
 	return c, nil

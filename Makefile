@@ -1,0 +1,51 @@
+# fleetsync developer entry points. `make` (or `make help`) lists them.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+export GOTOOLCHAIN := local
+
+GO ?= go
+# The real servers the end-to-end tests run against, built into the tool
+# cache (outside the checkout) by test/tools/build.sh.
+STACK_TOOLS := kube-apiserver etcd consul
+TEST_TIMEOUT ?= 30m
+# What to test and extra go test flags, e.g.
+#   make test PKGS=./test/smoke GOTESTFLAGS='-run Versions -v'
+PKGS ?= ./...
+GOTESTFLAGS ?=
+
+.PHONY: help build test test-unit tools lint demo bench clean
+
+help: ## List the targets (this message).
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build the fleetsync binary into bin/fleetsync.
+	$(GO) build -o bin/fleetsync ./cmd/fleetsync
+
+test: tools ## Run every test (unit and end-to-end against real kube-apiserver, etcd and Consul) with -race.
+	bin="$$(bash test/tools/build.sh $(STACK_TOOLS) 2>/dev/null)"; \
+		FLEETSYNC_TOOLS_BIN="$$bin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
+
+test-unit: ## Run the unit tests only (-short: end-to-end tests skip, no servers start).
+	$(GO) test -race -short $(GOTESTFLAGS) $(PKGS)
+
+tools: ## Build (or reuse from the cache) kube-apiserver, etcd and consul for the tests.
+	bash test/tools/build.sh $(STACK_TOOLS)
+
+lint: ## gofmt (must list nothing), go vet and staticcheck.
+	@out="$$(gofmt -l .)"; \
+		if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	"$$(bash test/tools/build.sh staticcheck)/staticcheck" ./...
+
+demo: ## Run the demo (test/demo) against a local stack.
+	$(GO) run ./test/demo
+
+bench: ## Run the benchmark harness (test/bench).
+	$(GO) run ./test/bench
+
+clean: ## Remove build outputs (bin/) and the Go test cache; the tool cache stays.
+	rm -rf bin
+	$(GO) clean -testcache
