@@ -28,19 +28,19 @@ type Node struct {
 
 // Check is the state of an instance's readiness check.
 type Check struct {
-	Status string // passing, warning or critical
-	Output string
+	Status string `json:"status"` // passing, warning or critical
+	Output string `json:"output"`
 }
 
 // Instance is one service instance as fleetsync wants it in Consul.
 type Instance struct {
-	ID      string
-	Name    string // Consul service name
-	Address string
-	Port    int
-	Tags    []string
-	Meta    map[string]string
-	Check   Check
+	ID      string            `json:"id"`
+	Name    string            `json:"name"` // Consul service name
+	Address string            `json:"address"`
+	Port    int               `json:"port"`
+	Tags    []string          `json:"tags"`
+	Meta    map[string]string `json:"meta"`
+	Check   Check             `json:"check"`
 }
 
 // SameService reports whether the service parts (everything but the check)

@@ -50,6 +50,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer consul.Stop()
+	defer fixture.RemoveBuild()
 	if _, err := fixture.Build(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -104,7 +105,7 @@ func (e *env) daemonFor(cluster string, namespaces []string, args ...string) *fi
 		if e.t.Failed() {
 			e.t.Logf("fleetsync %s log tail:\n%s", cluster, d.LogTail(60))
 		}
-		_ = d.Stop()
+		_ = d.Close()
 	})
 	return d
 }
