@@ -152,6 +152,16 @@ func (m *memStore) count(prefix string) int {
 	return len(n)
 }
 
+func memOf(s Store) *memStore {
+	switch s := s.(type) {
+	case *memStore:
+		return s
+	case *failingStore:
+		return s.memStore
+	}
+	panic("unknown store")
+}
+
 type fixture struct {
 	w       *fakeWatcher
 	store   *memStore
@@ -164,6 +174,12 @@ type fixture struct {
 
 func start(t *testing.T, w *fakeWatcher, store *memStore) *fixture {
 	t.Helper()
+	return startWith(t, w, store, nil)
+}
+
+// startWith runs a supervisor over w and store; edit runs before Run.
+func startWith(t *testing.T, w *fakeWatcher, store Store, edit func(*Supervisor)) *fixture {
+	t.Helper()
 	cluster, err := ownership.New("test")
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +189,11 @@ func start(t *testing.T, w *fakeWatcher, store *memStore) *fixture {
 		Worker:   worker.Config{Cluster: cluster, DefaultWindow: 0, Terminating: worker.TerminatingWarning},
 		Watcher:  w, Store: store,
 	})
+	if edit != nil {
+		edit(sup)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fixture{w: w, store: store, sup: sup, cluster: cluster, cancel: cancel, done: make(chan error, 1)}
+	f := &fixture{w: w, store: memOf(store), sup: sup, cluster: cluster, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- sup.Run(ctx) }()
 	t.Cleanup(f.stop)
 	return f

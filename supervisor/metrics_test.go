@@ -1,0 +1,174 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+)
+
+func TestParsePerWorker(t *testing.T) {
+	for in, want := range map[string]PerWorker{"all": {All: true}, "none": {}, "top-5": {TopK: 5}} {
+		got, err := ParsePerWorker(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePerWorker(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "top-0", "top-x", "some", "top--1"} {
+		if _, err := ParsePerWorker(bad); err == nil {
+			t.Errorf("ParsePerWorker(%q) accepted", bad)
+		}
+	}
+}
+
+// failingStore fails the next n applies.
+type failingStore struct {
+	*memStore
+	fail int
+}
+
+func (f *failingStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
+	f.mu.Lock()
+	if f.fail > 0 {
+		f.fail--
+		f.mu.Unlock()
+		f.changed <- struct{}{}
+		return consul.Applied{}, errors.New("consul: 500 internal error")
+	}
+	f.mu.Unlock()
+	return f.memStore.Apply(ctx, ch)
+}
+
+func startWithMetrics(t *testing.T, w *fakeWatcher, store Store, per PerWorker) (*fixture, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, per)
+	var f *fixture
+	f = startWith(t, w, store, func(s *Supervisor) { m.Attach(reg, s) })
+	return f, reg
+}
+
+func workerSeries(t *testing.T, reg *prometheus.Registry, name, svc string) (float64, bool) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "service" && l.GetValue() == svc {
+					switch {
+					case m.Gauge != nil:
+						return m.Gauge.GetValue(), true
+					case m.Counter != nil:
+						return m.Counter.GetValue(), true
+					case m.Histogram != nil:
+						return float64(m.Histogram.GetSampleCount()), true
+					}
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestPerWorkerMetricsFollowTheWorker: series appear with the worker, move
+// on flushes and errors, and vanish when the Service is deleted.
+func TestPerWorkerMetricsFollowTheWorker(t *testing.T) {
+	w := newFakeWatcher()
+	store := &failingStore{memStore: newMemStore(), fail: 1}
+	close(w.synced)
+	f, reg := startWithMetrics(t, w, store, PerWorker{All: true})
+	f.waitFor(t, "bootstrap", f.sup.Bootstrapped)
+	key := k8s.Key{Namespace: "ns", Name: "a"}
+	w.set(key, service("ns", "a", "10.0.0.1", "10.0.0.2"))
+	// First apply fails, the retry (after backoff) lands.
+	f.waitFor(t, "two instances after a retry", func() bool { return store.count("") == 2 })
+	f.waitFor(t, "metrics of the flush", func() bool {
+		v, _ := workerSeries(t, reg, "fleetsync_worker_registered_instances", "a")
+		return v == 2
+	})
+	for name, want := range map[string]float64{
+		"fleetsync_worker_desired_instances":      2,
+		"fleetsync_worker_flush_errors_total":     1,
+		"fleetsync_worker_retries_total":          1,
+		"fleetsync_worker_flushes_total":          2,
+		"fleetsync_worker_events_total":           1,
+		"fleetsync_worker_change_latency_seconds": 1,
+		"fleetsync_worker_flush_coalesced_events": 2,
+		"fleetsync_worker_pending":                0,
+	} {
+		if got, ok := workerSeries(t, reg, name, "a"); !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	if got := testutil.ToFloat64(f.sup.opts.Hooks.(hooks).m.flushErrors); got != 1 {
+		t.Errorf("fleet flush errors = %v, want 1", got)
+	}
+	w.set(key, nil)
+	f.waitFor(t, "worker gone", func() bool { return f.sup.Len() == 0 })
+	if _, ok := workerSeries(t, reg, "fleetsync_worker_desired_instances", "a"); ok {
+		t.Error("series of a deleted Service still exported")
+	}
+	if n := testutil.CollectAndCount(reg, "fleetsync_fleet_instance_writes_total"); n != 3 {
+		t.Errorf("fleet instance writes series = %d, want 3 kinds", n)
+	}
+}
+
+// TestPerWorkerNoneAndTopK: none exports no per-worker series and complete
+// fleet series; top-K exports the K busiest.
+func TestPerWorkerNoneAndTopK(t *testing.T) {
+	for _, tc := range []struct {
+		per  PerWorker
+		want int
+	}{{PerWorker{}, 0}, {PerWorker{TopK: 1}, 1}, {PerWorker{All: true}, 3}} {
+		w := newFakeWatcher()
+		store := newMemStore()
+		for _, n := range []string{"a", "b", "c"} {
+			w.services[k8s.Key{Namespace: "ns", Name: n}] = service("ns", n, "10.0.0.1")
+		}
+		close(w.synced)
+		f, reg := startWithMetrics(t, w, store, tc.per)
+		f.waitFor(t, "3 instances", func() bool { return store.count("") == 3 })
+		f.waitFor(t, "idle", func() bool { return idleWorkers(t, reg) == 3 })
+		if got := testutil.CollectAndCount(reg, "fleetsync_worker_desired_instances"); got != tc.want {
+			t.Errorf("%+v: %d per-worker series, want %d", tc.per, got, tc.want)
+		}
+		if got := testutil.CollectAndCount(reg, "fleetsync_fleet_flushes_total", "fleetsync_supervisor_workers_started_total",
+			"fleetsync_supervisor_bootstrapped", "fleetsync_fleet_change_latency_seconds"); got != 4 {
+			t.Errorf("%+v: fleet series = %d, want 4", tc.per, got)
+		}
+		f.stop()
+	}
+}
+
+// idleWorkers reads fleetsync_fleet_workers{state="idle"}.
+func idleWorkers(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != "fleetsync_fleet_workers" {
+			continue
+		}
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "state" && l.GetValue() == "idle" {
+					return m.Gauge.GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
