@@ -1,0 +1,104 @@
+package ownership
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+func TestValidateClusterID(t *testing.T) {
+	for _, ok := range []string{"a", "prod", "prod-east-1", "0", strings.Repeat("a", 63)} {
+		if err := ValidateClusterID(ok); err != nil {
+			t.Errorf("%q rejected: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "Prod", "prod_east", "-a", "a-", "a.b", strings.Repeat("a", 64), "é"} {
+		err := ValidateClusterID(bad)
+		if err == nil || !strings.Contains(err.Error(), "DNS label") {
+			t.Errorf("%q: err = %v, want a DNS label error", bad, err)
+		}
+	}
+}
+
+func TestInstanceIDIsDeterministicAndUnambiguous(t *testing.T) {
+	c, _ := New("east")
+	cases := []struct {
+		ns, svc, addr string
+		port          int
+		want          string
+	}{
+		{"shop", "web", "10.0.0.1", 8080, "k8s_east_shop_web_10.0.0.1_8080"},
+		{"shop", "web", "fd00::1", 80, "k8s_east_shop_web_fd00::1_80"},
+		{"a-b", "c", "10.0.0.1", 1, "k8s_east_a-b_c_10.0.0.1_1"},
+		{"a", "b-c", "10.0.0.1", 1, "k8s_east_a_b-c_10.0.0.1_1"},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		got := c.InstanceID(tc.ns, tc.svc, tc.addr, tc.port)
+		if got != tc.want {
+			t.Errorf("InstanceID(%s,%s,%s,%d) = %q, want %q", tc.ns, tc.svc, tc.addr, tc.port, got, tc.want)
+		}
+		if seen[got] {
+			t.Errorf("duplicate id %q", got)
+		}
+		seen[got] = true
+		if !strings.HasPrefix(got, c.IDPrefix(tc.ns, tc.svc)) {
+			t.Errorf("%q lacks prefix %q", got, c.IDPrefix(tc.ns, tc.svc))
+		}
+	}
+	other, _ := New("west")
+	if other.InstanceID("shop", "web", "10.0.0.1", 8080) == c.InstanceID("shop", "web", "10.0.0.1", 8080) {
+		t.Error("two clusters derive the same id")
+	}
+}
+
+func TestStampAndVerify(t *testing.T) {
+	east, _ := New("east")
+	west, _ := New("west")
+	in := consul.Instance{ID: "x", Name: "web", Tags: []string{"k8s", "v1"}, Meta: map[string]string{"team": "a", MetaCluster: "forged"}}
+	stamped := east.Stamp(in)
+	if !slices.Equal(stamped.Tags, []string{"k8s", "v1", "east"}) || stamped.Meta[MetaCluster] != "east" ||
+		stamped.Meta[MetaExternalSource] != ExternalSource || stamped.Meta["team"] != "a" {
+		t.Fatalf("stamped = %+v", stamped)
+	}
+	if in.Meta[MetaCluster] != "forged" || len(in.Tags) != 2 {
+		t.Fatal("Stamp modified its input")
+	}
+	if again := east.Stamp(stamped); !slices.Equal(again.Tags, stamped.Tags) {
+		t.Errorf("stamping twice duplicated the tag: %v", again.Tags)
+	}
+	if err := east.Stamped(stamped); err != nil {
+		t.Errorf("Stamped(own) = %v", err)
+	}
+	if err := west.Stamped(stamped); err == nil {
+		t.Error("west accepts east's instance")
+	}
+	if err := east.Stamped(in); err == nil {
+		t.Error("unstamped instance accepted")
+	}
+	noTag := stamped
+	noTag.Tags = []string{"k8s"}
+	if err := east.Stamped(noTag); err == nil {
+		t.Error("instance without the tag accepted")
+	}
+
+	onNode := consul.Registered{Instance: stamped, Node: east.NodeName()}
+	if err := east.Owns(onNode); err != nil {
+		t.Errorf("Owns(own entry) = %v", err)
+	}
+	for name, r := range map[string]consul.Registered{
+		"other node":         {Instance: stamped, Node: "k8s-sync"},
+		"other cluster":      {Instance: west.Stamp(in), Node: east.NodeName()},
+		"unmarked, our node": {Instance: in, Node: east.NodeName()},
+	} {
+		if err := east.Owns(r); err == nil {
+			t.Errorf("%s: owned", name)
+		}
+	}
+	n := east.Node()
+	if n.Name != "k8s-east" || n.Meta[MetaCluster] != "east" || n.Meta[MetaExternalSource] != ExternalSource {
+		t.Errorf("node = %+v", n)
+	}
+}
