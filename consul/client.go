@@ -30,6 +30,8 @@ type catalogAPI interface {
 	NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error)
 	HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error)
 	Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error)
+	HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error)
+	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 }
 
 type apiAdapter struct{ c *api.Client }
@@ -40,6 +42,14 @@ func (a apiAdapter) NodeServiceList(node string, q *api.QueryOptions) (*api.Cata
 
 func (a apiAdapter) HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
 	return a.c.Health().Node(node, q)
+}
+
+func (a apiAdapter) HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error) {
+	return a.c.Health().Service(name, "", false, q)
+}
+
+func (a apiAdapter) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error) {
+	return a.c.Catalog().Node(node, q)
 }
 
 func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
@@ -155,4 +165,38 @@ func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
 		c.opts.ObserveWait(p.Waited, high)
 	}
 	return p, err
+}
+
+// ReadService returns the instances of Consul service name on the owner's
+// node, owned or not, with their readiness checks: one index-backed read,
+// cheap enough for every worker's periodic anti-entropy pass.
+func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, error) {
+	node := c.owner.Node().Name
+	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node.Node == %q", node)}).WithContext(ctx)
+	entries, _, err := c.api.HealthService(name, q)
+	if err != nil {
+		return nil, fmt.Errorf("read service %s on node %s: %w", name, node, err)
+	}
+	out := make([]Registered, 0, len(entries))
+	for _, e := range entries {
+		var hc *api.HealthCheck
+		for _, x := range e.Checks {
+			if x.CheckID == CheckID(e.Service.ID) {
+				hc = x
+			}
+		}
+		out = append(out, fromAPI(node, e.Service, hc))
+	}
+	return out, nil
+}
+
+// NodeExists reports whether the owner's node is in the catalog. A node
+// that vanished while we have instances means Consul lost its data.
+func (c *Client) NodeExists(ctx context.Context) (bool, error) {
+	node := c.owner.Node().Name
+	n, _, err := c.api.CatalogNode(node, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", node, err)
+	}
+	return n != nil && n.Node != nil, nil
 }

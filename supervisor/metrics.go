@@ -59,6 +59,9 @@ type Metrics struct {
 	bootstrapFails prometheus.Counter
 	ownedAtStart   prometheus.Gauge
 	foreignAtStart prometheus.Gauge
+	resyncs        prometheus.Counter
+	repairs        prometheus.Counter
+	nodeLost       prometheus.Counter
 
 	TxnDuration  prometheus.Histogram
 	TxnErrors    prometheus.Counter
@@ -102,6 +105,12 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Instances carrying our mark found on our node at bootstrap."})
 	m.foreignAtStart = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_supervisor_foreign_entries_at_bootstrap",
 		Help: "Entries on our node without our mark at bootstrap (never touched)."})
+	m.resyncs = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_fleet_antientropy_passes_total",
+		Help: "Anti-entropy passes (a worker re-read its owned state from Consul and diffed)."})
+	m.repairs = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_fleet_antientropy_repairs_total",
+		Help: "Anti-entropy passes that found drift and wrote a repair."})
+	m.nodeLost = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_supervisor_node_lost_total",
+		Help: "Times our node vanished from Consul while we had instances (every worker resynced)."})
 	m.TxnDuration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_consul_txn_duration_seconds",
 		Help:    "Duration of Consul transactions (one Raft apply each).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}})
@@ -149,6 +158,12 @@ type observer struct{ m *Metrics }
 func (o observer) Event()    { o.m.events.Inc() }
 func (o observer) Conflict() { o.m.conflicts.Inc() }
 func (o observer) Flushed(f worker.Flush) {
+	if f.Resync && f.Err == nil {
+		o.m.resyncs.Inc()
+		if f.Wrote {
+			o.m.repairs.Inc()
+		}
+	}
 	if !f.Wrote && f.Err == nil {
 		return // a look that found nothing to write
 	}
@@ -178,6 +193,7 @@ func (h hooks) Bootstrapped(d time.Duration, owned, foreign int) {
 }
 func (h hooks) BootstrapReadFailed(error) { h.m.bootstrapFails.Inc() }
 func (h hooks) InformersSynced()          { h.m.InformerSync.Set(1) }
+func (h hooks) NodeLost()                 { h.m.nodeLost.Inc() }
 
 // Per-worker and per-state descriptors, exported at scrape time.
 var (

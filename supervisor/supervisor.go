@@ -45,6 +45,12 @@ type Options struct {
 	Clock        clock.Clock
 	Log          hclog.Logger
 	DrainTimeout time.Duration // last flush per worker on stop
+	// ResyncPeriod is each worker's anti-entropy period (0: none).
+	ResyncPeriod time.Duration
+	// NodeCheckInterval is how often the supervisor checks that our node is
+	// still in Consul (0: never); when it vanished while we have instances,
+	// Consul lost its data and every worker resyncs at once.
+	NodeCheckInterval time.Duration
 	// ObserverFor returns the metrics observer of one worker; nil: none.
 	ObserverFor func(key k8s.Key) worker.Observer
 	// Hooks for fleet-wide metrics; nil: none.
@@ -59,6 +65,7 @@ type Hooks interface {
 	Bootstrapped(d time.Duration, owned, foreign int)
 	BootstrapReadFailed(err error)
 	InformersSynced()
+	NodeLost()
 }
 
 type nopHooks struct{}
@@ -69,6 +76,7 @@ func (nopHooks) WorkerRestarted(k8s.Key)              {}
 func (nopHooks) Bootstrapped(time.Duration, int, int) {}
 func (nopHooks) BootstrapReadFailed(error)            {}
 func (nopHooks) InformersSynced()                     {}
+func (nopHooks) NodeLost()                            {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -132,8 +140,65 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
 		"foreign_entries_on_node", foreign, "duration", d)
-	<-ctx.Done()
+	s.watchNode(ctx)
 	return nil
+}
+
+// NodeChecker is implemented by a Store that can tell whether our node is
+// in the catalog (consul.Client.NodeExists).
+type NodeChecker interface {
+	NodeExists(ctx context.Context) (bool, error)
+}
+
+// watchNode runs until ctx is done. Every NodeCheckInterval it checks that
+// our node exists while workers have instances registered; a node that
+// vanished means Consul lost its data (a dev agent restarted, a snapshot
+// restored), so every worker is asked for an anti-entropy pass now instead
+// of within its period.
+func (s *Supervisor) watchNode(ctx context.Context) {
+	nc, ok := s.opts.Store.(NodeChecker)
+	if !ok || s.opts.NodeCheckInterval <= 0 {
+		<-ctx.Done()
+		return
+	}
+	for {
+		t := s.opts.Clock.NewTimer(s.opts.NodeCheckInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if !s.anyRegistered() {
+			continue
+		}
+		exists, err := nc.NodeExists(ctx)
+		if err != nil || exists {
+			continue
+		}
+		n := s.resyncAll()
+		s.opts.Hooks.NodeLost()
+		s.log.Warn("Our node vanished from Consul (Consul lost its data?); every worker resyncs now", "workers", n)
+	}
+}
+
+func (s *Supervisor) anyRegistered() bool {
+	for _, st := range s.Workers() {
+		if st.Registered > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// resyncAll asks every worker for an anti-entropy pass.
+func (s *Supervisor) resyncAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.workers {
+		e.w.Resync()
+	}
+	return len(s.workers)
 }
 
 // readOwned reads our node in one request, retrying with backoff until it
@@ -242,6 +307,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		Owned:        owned,
 		OwnedKnown:   ownedKnown,
 		DrainTimeout: s.opts.DrainTimeout,
+		ResyncPeriod: s.opts.ResyncPeriod,
 	})
 }
 

@@ -36,6 +36,9 @@ func TestBudgetPriorityAndLatestStateWins(t *testing.T) {
 		o.Store = bs
 	})
 	h.start()
+	if f := h.flush(); f.Wrote { // the first look: nothing to write yet
+		t.Fatalf("first look wrote: %+v", f)
+	}
 	h.notify(addEndpoint(epA))
 	if high := <-bs.asked; !high {
 		t.Fatal("isolated change asked for bulk priority")
@@ -68,8 +71,8 @@ func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
 		o.Store = bs
 	})
 	h.start()
-	h.notify(addEndpoint(epA))
-	h.notify(addEndpoint(epB))
+	h.flush() // the first look: nothing to write yet
+	h.notify(func(s *k8s.Service) { s.Endpoints = []k8s.Endpoint{epA, epB} })
 	<-bs.asked
 	bs.grant <- struct{}{}
 	h.flushWrote()

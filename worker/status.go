@@ -42,6 +42,8 @@ type Status struct {
 	Conflicts  uint64            `json:"casConflicts"`
 	Errors     uint64            `json:"flushErrors"`
 	Retries    uint64            `json:"retries"`
+	Resyncs    uint64            `json:"antiEntropyPasses"`
+	Repairs    uint64            `json:"driftRepairs"`
 	Latency    Histogram         `json:"-"` // change-to-Consul latency, seconds
 	Coalesced  Histogram         `json:"-"` // events per flush
 	Instances  []consul.Instance `json:"instances,omitempty"`
@@ -74,6 +76,7 @@ type Flush struct {
 	Registered int
 	Window     time.Duration
 	Wrote      bool
+	Resync     bool // an anti-entropy pass; if it wrote, it repaired drift
 }
 
 type nopObserver struct{}
@@ -127,6 +130,12 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	if latency > 0 {
 		w.status.Latency.Observe(latency.Seconds())
 	}
+	if res.resync && err == nil {
+		w.status.Resyncs++
+		if wrote {
+			w.status.Repairs++
+		}
+	}
 	w.status.Ops.Register += uint64(res.applied.Registered)
 	w.status.Ops.Update += uint64(res.applied.Updated)
 	w.status.Ops.Deregister += uint64(res.applied.Deregistered)
@@ -169,7 +178,7 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	}
 	w.opts.Observer.Flushed(Flush{
 		Coalesced: coalesced, Applied: res.applied, Err: err, Latency: latency, Desired: desired,
-		Registered: registered, Window: s.window, Wrote: wrote,
+		Registered: registered, Window: s.window, Wrote: wrote, Resync: res.resync,
 	})
 }
 

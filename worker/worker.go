@@ -62,6 +62,8 @@ type Options struct {
 	// DrainTimeout bounds the last flush attempted when Run's context is
 	// cancelled with a change pending (0: no final flush).
 	DrainTimeout time.Duration
+	// ResyncPeriod is the anti-entropy period (0: none; see Resync).
+	ResyncPeriod time.Duration
 }
 
 // Worker keeps one Service's instances in Consul equal to its desired state.
@@ -71,14 +73,17 @@ type Worker struct {
 	clock   clock.Clock
 	log     hclog.Logger
 	trigger chan struct{}
+	resync  chan struct{}
 	// pendingSince is the unix-nano time of the oldest change not yet
 	// flushed, 0 when none; events counts notifications.
 	pendingSince atomic.Int64
 	events       atomic.Uint64
 
 	// Owned by the Run goroutine.
-	owned      map[string]consul.Registered
-	ownedKnown bool
+	owned       map[string]consul.Registered
+	ownedKnown  bool
+	resyncDue   bool // the next flush is an anti-entropy pass
+	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
 	// Service: each is reported once while it lasts.
 	reported      map[string]bool
@@ -110,6 +115,7 @@ func New(opts Options) *Worker {
 		clock:      opts.Clock,
 		log:        opts.Log.With("namespace", opts.Key.Namespace, "service", opts.Key.Name),
 		trigger:    make(chan struct{}, 1),
+		resync:     make(chan struct{}, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
 	w.owned = make(map[string]consul.Registered, len(opts.Owned))
@@ -156,6 +162,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	waited := false // the pending flush waited out a window or a backoff
+	var resyncC <-chan time.Time
+	if w.opts.ResyncPeriod > 0 {
+		rt := w.clock.NewTimer(firstResync(w.opts.ResyncPeriod))
+		defer func() { rt.Stop() }()
+		resyncC = rt.C()
+		w.resyncTimer = rt
+	}
 	for {
 		var timerC <-chan time.Time
 		if s.dirty {
@@ -189,6 +202,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-timerC:
 			timer = nil
 			waited = true
+		case <-resyncC:
+			w.resyncTimer.Reset(nextResync(w.opts.ResyncPeriod))
+			w.resyncDue, s.dirty = true, true
+		case <-w.resync:
+			w.resyncDue, s.dirty = true, true
 		}
 	}
 }
@@ -260,6 +278,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 
 // syncResult is what one sync did.
 type syncResult struct {
+	resync   bool // an anti-entropy pass (its writes are drift repairs)
 	window   *time.Duration
 	desired  int
 	applied  consul.Applied
@@ -279,6 +298,17 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			err = &PanicError{Value: p, Stack: string(buf)}
 		}
 	}()
+	resyncPass := w.resyncDue
+	if w.resyncDue {
+		w.resyncDue = false
+		res.resync = true
+		if used, err := w.readOwnedByName(ctx); err != nil {
+			w.resyncDue = true
+			return res, err
+		} else if !used {
+			w.ownedKnown = false
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		if !w.ownedKnown {
 			if err := w.readOwned(ctx); err != nil {
@@ -287,6 +317,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 		}
 		desired, r, err := w.desired()
 		res = r
+		res.resync = resyncPass
 		if err != nil || res.invalid {
 			return res, nil
 		}

@@ -36,6 +36,8 @@ type config struct {
 	RegisterNotReady   bool
 	Window             time.Duration
 	Resync             time.Duration
+	ResyncPeriod       time.Duration
+	NodeCheck          time.Duration
 
 	MaxWrites        float64
 	WriteBurst       int
@@ -43,6 +45,10 @@ type config struct {
 	MetricsPerWorker string
 	ConsulGrace      time.Duration
 	EnablePprof      bool
+
+	Claim       bool
+	ClaimPrefix string
+	Takeover    bool
 
 	HTTPAddr        string
 	ShutdownTimeout time.Duration
@@ -96,6 +102,8 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RegisterNotReady, "register-not-ready", false, "register not-ready endpoints with a critical check instead of leaving them out")
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (jittered, spread over the period) and repairs drift (0: off)")
+	fs.DurationVar(&c.NodeCheck, "node-check-interval", 10*time.Second, "how often to check that our Consul node still exists; if it vanished (Consul lost its data) every worker resyncs at once (0: off)")
 
 	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
@@ -103,6 +111,9 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", "all", "per-worker metric series: all, none, or top-<K> most active workers")
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
+	fs.BoolVar(&c.Claim, "claim-cluster-id", true, "claim the cluster id in Consul KV (a session-locked key holding the kube-system namespace UID) and refuse to start if another Kubernetes cluster has it")
+	fs.StringVar(&c.ClaimPrefix, "claim-prefix", "fleetsync/clusters", "Consul KV prefix of cluster-id claims")
+	fs.BoolVar(&c.Takeover, "takeover-cluster-id", false, "take over a cluster id claimed by another Kubernetes cluster that is gone for good (refused while its fleetsync runs)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":9090", "listen address for /metrics, /healthz, /readyz and /debug")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "time allowed on SIGTERM for pending flushes")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -141,6 +152,9 @@ func (c *config) validate() error {
 	}
 	if c.Window < 0 {
 		return fmt.Errorf("--window=%s: must not be negative", c.Window)
+	}
+	if c.ResyncPeriod < 0 || c.NodeCheck < 0 {
+		return fmt.Errorf("--resync-period and --node-check-interval must not be negative")
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("--shutdown-timeout=%s: must not be negative", c.ShutdownTimeout)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -42,7 +43,12 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	capi, err := consulapi.NewClient(consulConfig(cfg))
+	ccfg := consulConfig(cfg)
+	tokens, err := consul.NewTokenSource(ccfg.Token, ccfg.TokenFile, log.Named("consul-token"))
+	if err != nil {
+		return err
+	}
+	capi, err := consul.NewAPIClient(ccfg, tokens)
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
@@ -66,11 +72,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			AddNamespaceSuffix: cfg.AddNamespaceSuffix, K8sTag: cfg.K8sTag,
 			Terminating: worker.TerminatingPolicy(cfg.Terminating), RegisterNotReady: cfg.RegisterNotReady,
 		},
-		Watcher:      k8s.NewWatcher(kube, cfg.Resync, log.Named("k8s")),
-		Store:        store,
-		Reporter:     recorder,
-		Log:          log,
-		DrainTimeout: cfg.ShutdownTimeout,
+		Watcher:           k8s.NewWatcher(kube, cfg.Resync, log.Named("k8s")),
+		Store:             store,
+		Reporter:          recorder,
+		Log:               log,
+		DrainTimeout:      cfg.ShutdownTimeout,
+		ResyncPeriod:      cfg.ResyncPeriod,
+		NodeCheckInterval: cfg.NodeCheck,
 	})
 	if err := sup.Selector().Validate(); err != nil {
 		return err
@@ -82,13 +90,17 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: newMux(sup, reg, health, cfg), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", consulConfig(cfg).Address)
+	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", ccfg.Address, "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
 		}
+		return nil
+	})
+	g.Go(func() error {
+		tokens.Watch(gctx, 5*time.Second)
 		return nil
 	})
 	g.Go(func() error {
@@ -101,6 +113,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
+		if cfg.Claim {
+			claim, err := claimClusterID(gctx, cfg, kube, capi, log)
+			if err != nil || claim == nil {
+				return err // refused, or stopping
+			}
+			defer claim.Release()
+		}
 		return sup.Run(gctx)
 	})
 	err = g.Wait()
@@ -151,4 +170,38 @@ func consulConfig(cfg config) *consulapi.Config {
 		c.Scheme = "https"
 	}
 	return c
+}
+
+// claimClusterID claims the cluster id before anything is written, retrying
+// while Kubernetes or Consul cannot be reached. It returns an error only when
+// another Kubernetes cluster has the id, and nil, nil when ctx ends first.
+func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, capi *consulapi.Client, log hclog.Logger) (*consul.Claim, error) {
+	holder, _ := os.Hostname()
+	backoff := 500 * time.Millisecond
+	for {
+		uid, err := k8s.ClusterUID(ctx, kube)
+		if err == nil {
+			var claim *consul.Claim
+			claim, err = consul.ClaimClusterID(ctx, capi, consul.ClaimOptions{
+				Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, KubeUID: uid, Holder: holder,
+				Takeover: cfg.Takeover, Log: log.Named("claim"),
+			})
+			if err == nil {
+				return claim, nil
+			}
+			if errors.Is(err, consul.ErrClaimedByOther) {
+				return nil, err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
 }

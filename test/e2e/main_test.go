@@ -159,3 +159,29 @@ func raftApplies(t *testing.T) float64 {
 	}
 	return v
 }
+
+// catalogTxns counts the transactions Consul applied (consul_fsm_txn_count):
+// every catalog write fleetsync makes is one.
+func catalogTxns(t *testing.T) float64 {
+	t.Helper()
+	v, err := consul.CatalogTxns()
+	if err != nil {
+		t.Fatalf("read consul_fsm_txn_count: %v", err)
+	}
+	return v
+}
+
+// claimWrites counts the session and KV writes Consul applied: those of the
+// cluster-id claims.
+func claimWrites(t *testing.T) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range []string{"consul_fsm_session_count", "consul_fsm_kvs_count"} {
+		v, err := consul.Counter(m)
+		if err != nil {
+			t.Fatalf("read %s: %v", m, err)
+		}
+		sum += v
+	}
+	return sum
+}

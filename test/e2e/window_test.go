@@ -44,13 +44,13 @@ func TestWindowFoldsABurst(t *testing.T) {
 			// Let the Service's creation flush and its window pass.
 			e.waitInstances("flappy", "")
 			time.Sleep(1500 * time.Millisecond) // a quiet period before the burst
-			before := raftApplies(t)
+			before := catalogTxns(t)
 			start := time.Now()
 			burst(t, e, "flappy", 50, final)
 			took := time.Since(start)
 			e.waitInstances("flappy", want)
 			time.Sleep(1500 * time.Millisecond) // a later window must not write more
-			txns[window] = raftApplies(t) - before
+			txns[window] = catalogTxns(t) - before
 			t.Logf("W=%s: 50 slice writes in %s -> %v Consul transactions", window, took.Round(time.Millisecond), txns[window])
 		})
 	}

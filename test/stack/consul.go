@@ -342,3 +342,18 @@ func parsePromCounter(sc *bufio.Scanner, name string) (v float64, found bool, er
 	}
 	return v, found, sc.Err()
 }
+
+// Counter returns the sum of every sample of metric name (all label sets)
+// from /v1/agent/metrics?format=prometheus.
+func (c *Consul) Counter(name string) (float64, error) {
+	return c.counter(context.Background(), name)
+}
+
+// CatalogTxns returns consul_fsm_txn_count, the transactions the state
+// machine applied: fleetsync makes every catalog write as one /v1/txn, so
+// this counts its catalog writes apart from other Raft applies (sessions and
+// KV writes of its cluster-id claim are consul_fsm_session_count and
+// consul_fsm_kvs_count).
+func (c *Consul) CatalogTxns() (float64, error) {
+	return c.counter(context.Background(), "consul_fsm_txn_count")
+}

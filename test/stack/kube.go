@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -314,4 +315,35 @@ func (k *Kube) Stop() error {
 		k.stopErr = errors.Join(errs...)
 	})
 	return k.stopErr
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM) and starts it again with
+// the same flags, port and etcd, then waits for /readyz: clients see their
+// watches break and relist, as in a rolling apiserver update.
+func (k *Kube) RestartAPIServer(ctx context.Context) error {
+	old := k.APIServer
+	if err := old.Stop(); err != nil && !isExit(err) {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	p, err := StartProcess(ctx, "kube-apiserver-restarted", old.Bin, old.Args, nil, k.Dir)
+	if err != nil {
+		return err
+	}
+	k.APIServer = p
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(k.CAPEM)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer c.CloseIdleConnections()
+	return waitFor(ctx, "kube-apiserver /readyz after restart", []*Process{p, k.Etcd}, func(ctx context.Context) (bool, error) {
+		code, body, err := httpGet(ctx, c, k.URL+"/readyz", k.AdminToken)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("/readyz: %d %s", code, lastLines(body, 5))
+		}
+		return code == http.StatusOK, err
+	})
+}
+
+func isExit(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee)
 }

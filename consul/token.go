@@ -1,0 +1,114 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// TokenSource holds the ACL token every request carries. With a token file
+// (CONSUL_HTTP_TOKEN_FILE, a mounted Kubernetes Secret) it re-reads the file
+// so that a rotated Secret takes effect without a restart. The token itself
+// is never logged or put in an error.
+type TokenSource struct {
+	path  string
+	token atomic.Value // string
+	log   hclog.Logger
+}
+
+// NewTokenSource returns a source with a fixed token, or, when path is set,
+// the token read from path (an error names the file, never the content).
+func NewTokenSource(token, path string, log hclog.Logger) (*TokenSource, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	ts := &TokenSource{path: path, log: log}
+	ts.token.Store(token)
+	if path != "" {
+		t, err := readToken(path)
+		if err != nil {
+			return nil, err
+		}
+		ts.token.Store(t)
+	}
+	return ts, nil
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read consul token file %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Token returns the current token.
+func (ts *TokenSource) Token() string { return ts.token.Load().(string) }
+
+// Watch re-reads the token file every interval until ctx is done (no-op
+// without a file). A read error keeps the previous token.
+func (ts *TokenSource) Watch(ctx context.Context, interval time.Duration) {
+	if ts.path == "" {
+		<-ctx.Done()
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		t, err := readToken(ts.path)
+		switch {
+		case err != nil:
+			ts.log.Warn("Cannot re-read the Consul token file; keeping the current token", "error", err)
+		case t != ts.Token():
+			ts.token.Store(t)
+			ts.log.Info("Consul token file changed; using the new token", "file", ts.path)
+		}
+	}
+}
+
+// Transport wraps base so that every request carries the current token
+// (overriding any token consul/api set from its own configuration).
+func (ts *TokenSource) Transport(base http.RoundTripper) http.RoundTripper {
+	return tokenTransport{base: base, ts: ts}
+}
+
+type tokenTransport struct {
+	base http.RoundTripper
+	ts   *TokenSource
+}
+
+func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tok := t.ts.Token()
+	if tok == "" {
+		return t.base.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("X-Consul-Token", tok)
+	return t.base.RoundTrip(r)
+}
+
+// NewAPIClient builds a consul/api client whose requests carry ts's token
+// and use cfg's TLS settings.
+func NewAPIClient(cfg *api.Config, ts *TokenSource) (*api.Client, error) {
+	if cfg.Transport == nil {
+		cfg.Transport = api.DefaultConfig().Transport
+	}
+	hc, err := api.NewHttpClient(cfg.Transport, cfg.TLSConfig)
+	if err != nil {
+		return nil, fmt.Errorf("consul TLS configuration: %w", err)
+	}
+	hc.Transport = ts.Transport(hc.Transport)
+	cfg.HttpClient = hc
+	cfg.Token, cfg.TokenFile = "", "" // the transport sets the header
+	return api.NewClient(cfg)
+}

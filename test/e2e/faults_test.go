@@ -1,0 +1,425 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+	"github.com/fleetsync/fleetsync/test/stack"
+)
+
+// Each fault test reports three figures (docs/reliability.md):
+//
+//	lost    live instances missing from Consul at some poll while their
+//	        endpoints stayed ready (worst poll)
+//	foreign instances fleetsync does not own that were modified or removed
+//	wasted  catalog writes beyond those the fault made necessary
+func figures(t *testing.T, lost, foreign int, writes, necessary float64) {
+	t.Helper()
+	wasted := writes - necessary
+	if wasted < 0 {
+		wasted = 0
+	}
+	t.Logf("FIGURES %s: lost=%d foreign=%d wasted=%v (catalog writes %v, necessary %v)", t.Name(), lost, foreign, wasted, writes, necessary)
+	if lost != 0 || foreign != 0 || wasted != 0 {
+		t.Errorf("lost=%d foreign=%d wasted=%v, want all 0", lost, foreign, wasted)
+	}
+}
+
+// guard watches a set of instance keys that must stay in Consul and a
+// foreign instance that must stay untouched.
+type guard struct {
+	t        *testing.T
+	client   *consulapi.Client
+	node     string
+	services []string
+	stable   map[string]bool // "name/addr:port" that must never be missing
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	worst    int
+	foreign  uint64 // ModifyIndex of the foreign instance
+}
+
+func newGuard(t *testing.T, c *consulapi.Client, node string, services []string, stable []string) *guard {
+	g := &guard{t: t, client: c, node: node, services: services, stable: map[string]bool{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	for _, s := range stable {
+		g.stable[s] = true
+	}
+	_, err := c.Catalog().Register(&consulapi.CatalogRegistration{Node: "foreign-" + node, Address: "127.0.0.8",
+		Service: &consulapi.AgentService{ID: "foreign-" + node, Service: services[0], Address: "192.168.9.9", Port: 80}}, nil)
+	must(t, err)
+	g.foreign = g.foreignIndex()
+	go g.watch()
+	return g
+}
+
+func (g *guard) foreignIndex() uint64 {
+	ins, err := fixture.Instances(g.client, g.services[0], "foreign-"+g.node)
+	if err != nil || len(ins) != 1 {
+		return 0
+	}
+	return ins[0].ModifyIndex
+}
+
+func (g *guard) watch() {
+	defer close(g.done)
+	for {
+		present := map[string]bool{}
+		ok := true
+		for _, name := range g.services {
+			ins, err := fixture.Instances(g.client, name, g.node)
+			if err != nil {
+				ok = false // Consul unreachable: not a loss we can see
+				break
+			}
+			for _, in := range ins {
+				present[name+"/"+in.Key()] = true
+			}
+		}
+		if ok {
+			missing := 0
+			for k := range g.stable {
+				if !present[k] {
+					missing++
+				}
+			}
+			g.mu.Lock()
+			g.worst = max(g.worst, missing)
+			g.mu.Unlock()
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// finish stops watching and returns (lost, foreign touched).
+func (g *guard) finish() (int, int) {
+	close(g.stop)
+	<-g.done
+	touched := 0
+	if g.foreignIndex() != g.foreign {
+		touched = 1
+	}
+	return g.worst, touched
+}
+
+// svcSet creates n opted-in services named prefix-i with e endpoints each
+// and returns their names and the "name/addr:port" keys of the endpoints.
+func svcSet(t *testing.T, e *env, prefix string, n, eps, base int) ([]string, []string) {
+	t.Helper()
+	ports := map[string]int32{"http": 80}
+	var names, keys []string
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, name, map[string]string{optIn: "true"}, ports)))
+		set := fixture.IPs(base+i, 0, eps)
+		must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, name, name+"-stable", discoveryv1.AddressTypeIPv4, ports, set)))
+		names = append(names, name)
+		for _, ep := range set {
+			keys = append(keys, fmt.Sprintf("%s/%s:80", name, ep.IP))
+		}
+	}
+	return names, keys
+}
+
+func (e *env) waitCount(c *consulapi.Client, want int, timeout time.Duration) {
+	e.t.Helper()
+	eventually(e.t, timeout, fmt.Sprintf("%d instances on %s", want, e.node()), func() error {
+		n, err := fixture.NodeServiceCount(c, e.node())
+		if err != nil || n != want {
+			return fmt.Errorf("%d instances (%v)", n, err)
+		}
+		return nil
+	})
+}
+
+// TestDriftIsRepairedAndQuietPassesWriteNothing: with a 2 s anti-entropy
+// period, passes over an unchanged catalog write nothing; an instance of
+// ours deleted by hand and another edited by hand are repaired.
+func TestDriftIsRepairedAndQuietPassesWriteNothing(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "drift", 5, 3, 40)
+	e.daemon("--resync-period=2s")
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	g := newGuard(t, consul.Client, e.node(), names, keys[3:]) // drift-0's instances will be hit on purpose
+
+	before := catalogTxns(t)
+	time.Sleep(5 * time.Second) // a measurement interval: two passes per worker
+	quiet := catalogTxns(t) - before
+	t.Logf("5 s of anti-entropy passes over an unchanged catalog: %v catalog writes", quiet)
+
+	ins, err := fixture.Instances(consul.Client, "drift-0", e.node())
+	must(t, err)
+	_, err = consul.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: e.node(), ServiceID: ins[0].ID}, nil)
+	must(t, err)
+	edited := &consulapi.CatalogRegistration{Node: e.node(), Address: "127.0.0.1", SkipNodeUpdate: true,
+		Service: &consulapi.AgentService{ID: ins[1].ID, Service: "drift-0", Address: ins[1].Address, Port: 9999, Tags: ins[1].Tags, Meta: ins[1].Meta}}
+	_, err = consul.Client.Catalog().Register(edited, nil)
+	must(t, err)
+	before = catalogTxns(t)
+	e.waitInstancesWithin("drift-0", fmt.Sprintf("%s=passing,%s=passing,%s=passing", strings.TrimPrefix(keys[0], "drift-0/"),
+		strings.TrimPrefix(keys[1], "drift-0/"), strings.TrimPrefix(keys[2], "drift-0/")), 10*time.Second)
+	time.Sleep(3 * time.Second) // let every worker pass once more
+	repair := catalogTxns(t) - before
+	lost, foreign := g.finish()
+	t.Logf("repair of one deleted and one edited instance: %v catalog writes", repair)
+	figures(t, lost, foreign, quiet+repair, 1)
+}
+
+// TestConsulRestartsEmpty: Consul loses everything (a dev agent restarted);
+// fleetsync notices that its node is gone and re-registers every instance,
+// one transaction per service.
+func TestConsulRestartsEmpty(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	names, keys := svcSet(t, e, "lost", 10, 3, 60)
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=1s"}})
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	e.waitCount(own.Client, len(keys), 15*time.Second)
+
+	start := time.Now()
+	must(t, own.Restart(e.ctx))
+	g := newGuard(t, own.Client, e.node(), names, nil)
+	e.waitCount(own.Client, len(keys), 30*time.Second)
+	took := time.Since(start)
+	time.Sleep(2 * time.Second) // nothing more may be written
+	writes, err := own.CatalogTxns()
+	must(t, err)
+	_, foreign := g.finish()
+	t.Logf("Consul restarted empty: all %d instances back %s after the restart, %v catalog writes", len(keys), took.Round(time.Millisecond), writes)
+	figures(t, 0, foreign, writes, float64(len(names)))
+}
+
+// TestConsulDownThenBack: Consul is unreachable for a while as Services
+// change; the daemon keeps running, /readyz says so, and when Consul is back
+// (empty: a dev agent keeps nothing) every service converges to its latest
+// state with one write per service.
+func TestConsulDownThenBack(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	names, keys := svcSet(t, e, "down", 5, 2, 70)
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=1s", "--consul-unreachable-grace=2s"}})
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	e.waitCount(own.Client, len(keys), 15*time.Second)
+
+	must(t, own.Kill())
+	// 20 changes per service while Consul is away; the last one counts.
+	ports := map[string]int32{"http": 80}
+	for r := range 20 {
+		for i, name := range names {
+			must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, name, name+"-churn", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(80+i, r, 1))))
+		}
+	}
+	eventually(t, 10*time.Second, "/readyz reports Consul down", func() error {
+		code, body, err := d.Get(context.Background(), "/readyz", "")
+		if err != nil || code != 503 || !strings.Contains(body, "consul unreachable") {
+			return fmt.Errorf("%d %q %v", code, body, err)
+		}
+		return nil
+	})
+	if d.Exited() {
+		t.Fatal("fleetsync exited while Consul was down")
+	}
+	must(t, own.Restart(e.ctx))
+	g := newGuard(t, own.Client, e.node(), names, nil)
+	want := len(keys) + len(names)
+	e.waitCount(own.Client, want, 60*time.Second)
+	for i, name := range names {
+		last := fixture.IPs(80+i, 19, 1)[0].IP
+		ins, err := fixture.Instances(own.Client, name, e.node())
+		must(t, err)
+		if !strings.Contains(fixture.Keys(ins, false), last+":80") {
+			t.Errorf("%s: latest endpoint %s missing: %s", name, last, fixture.Keys(ins, false))
+		}
+	}
+	time.Sleep(2 * time.Second)
+	writes, err := own.CatalogTxns()
+	must(t, err)
+	_, foreign := g.finish()
+	figures(t, 0, foreign, writes, float64(len(names)))
+	must(t, d.WaitReady(e.ctx, 10*time.Second))
+}
+
+// TestGracefulShutdownFlushesPendingAndDeregistersNothing: a change that
+// waits for its window when SIGTERM arrives is written before exit; nothing
+// is deregistered because the daemon stops.
+func TestGracefulShutdownFlushesPendingAndDeregistersNothing(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "drain", 3, 2, 90)
+	d := e.daemon("--window=10s")
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	g := newGuard(t, consul.Client, e.node(), names, keys)
+	ports := map[string]int32{"http": 80}
+	// First change goes at once (leading edge), the second waits 10 s.
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[0], "extra", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(99, 0, 1))))
+	e.waitCount(consul.Client, len(keys)+1, 10*time.Second)
+	before := catalogTxns(t)
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[0], "extra", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(99, 0, 2))))
+	eventually(t, 5*time.Second, "the change pending", func() error {
+		_, body, err := d.Get(e.ctx, "/debug/workers/"+e.ns+"/"+names[0], "")
+		if err != nil || !strings.Contains(body, `"pending": true`) {
+			return fmt.Errorf("not pending yet: %v", err)
+		}
+		return nil
+	})
+	start := time.Now()
+	must(t, d.Terminate())
+	t.Logf("SIGTERM to exit: %s", time.Since(start).Round(time.Millisecond))
+	e.waitCount(consul.Client, len(keys)+2, time.Second) // already there: written before exit
+	writes := catalogTxns(t) - before
+	lost, foreign := g.finish()
+	figures(t, lost, foreign, writes, 1)
+}
+
+// TestKill9MidChurnConverges: fleetsync is killed with SIGKILL while
+// services churn and is started again; endpoints that stayed ready are never
+// missing from Consul and the final state is exact.
+func TestKill9MidChurnConverges(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "kill", 6, 2, 100)
+	d := e.daemon("--window=200ms")
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	g := newGuard(t, consul.Client, e.node(), names, keys)
+	ports := map[string]int32{"http": 80}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	round := make([]int, len(names))
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; ; r++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, name, name+"-churn", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(110+i, r%7, 1+r%3))); err == nil {
+					round[i] = r
+				}
+				time.Sleep(30 * time.Millisecond) // pacing of the load, not synchronisation
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	must(t, d.Kill())
+	time.Sleep(time.Second) // churn goes on while fleetsync is down
+	must(t, d.Restart(e.ctx, true))
+	must(t, d.WaitReady(e.ctx, 30*time.Second))
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	want := len(keys)
+	for i := range names {
+		want += 1 + round[i]%3
+	}
+	e.waitCount(consul.Client, want, 15*time.Second)
+	for i, name := range names {
+		exp := append(fixture.IPs(100+i, 0, 2), fixture.IPs(110+i, round[i]%7, 1+round[i]%3)...)
+		var ks []string
+		for _, ep := range exp {
+			ks = append(ks, ep.IP+":80=passing")
+		}
+		ins, err := fixture.Instances(consul.Client, name, e.node())
+		must(t, err)
+		if got, wantKeys := fixture.Keys(ins, true), sortedJoin(ks); got != wantKeys {
+			t.Errorf("%s: %s, want %s", name, got, wantKeys)
+		}
+	}
+	lost, foreign := g.finish()
+	// Writes during churn are all real changes: report lost/foreign only.
+	t.Logf("FIGURES %s: lost=%d foreign=%d wasted=n/a (every write followed a real change)", t.Name(), lost, foreign)
+	if lost != 0 || foreign != 0 {
+		t.Errorf("lost=%d foreign=%d, want 0", lost, foreign)
+	}
+}
+
+// TestAPIServerRestartLosesNothing: kube-apiserver restarts (watches break,
+// informers relist); no live instance is deregistered, nothing is written,
+// and changes made after it are synced.
+func TestAPIServerRestartLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "relist", 5, 3, 120)
+	e.daemon()
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	g := newGuard(t, consul.Client, e.node(), names, keys)
+	before := catalogTxns(t)
+	must(t, kube.RestartAPIServer(e.ctx))
+	time.Sleep(3 * time.Second) // informers reconnect and relist meanwhile
+	writes := catalogTxns(t) - before
+	ports := map[string]int32{"http": 80}
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[0], "after", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(130, 0, 1))))
+	e.waitCount(consul.Client, len(keys)+1, 30*time.Second)
+	lost, foreign := g.finish()
+	figures(t, lost, foreign, writes, 0)
+}
+
+// TestDuplicateClusterIDIsRefused: a fleetsync of another Kubernetes cluster
+// (a second API server) with the same cluster id refuses to start and names
+// both clusters; a second replica of the same cluster starts fine.
+func TestDuplicateClusterIDIsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.daemon()
+	replica := e.daemonFor(e.cluster, []string{e.ns})
+	if replica.Exited() {
+		t.Fatal("second replica of the same cluster exited")
+	}
+	other, err := stack.StartKube(e.ctx, stack.KubeOptions{})
+	must(t, err)
+	t.Cleanup(func() { _ = other.Stop() })
+	d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: other.KubeconfigPath,
+		ConsulAddr: consul.Addr, Namespaces: []string{e.ns}, Name: "fleetsync-impostor"})
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	werr := d.Wait()
+	var ee *exec.ExitError
+	if !errorsAs(werr, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("impostor exit: %v, want exit code 1", werr)
+	}
+	logTail := d.LogTail(5)
+	t.Logf("impostor refused:\n%s", logTail)
+	for _, s := range []string{"claimed", e.cluster, "--takeover-cluster-id"} {
+		if !strings.Contains(logTail, s) {
+			t.Errorf("refusal does not mention %q", s)
+		}
+	}
+}
+
+func sortedJoin(s []string) string {
+	c := append([]string(nil), s...)
+	for i := 1; i < len(c); i++ {
+		for j := i; j > 0 && c[j] < c[j-1]; j-- {
+			c[j], c[j-1] = c[j-1], c[j]
+		}
+	}
+	return strings.Join(c, ",")
+}
+
+func errorsAs(err error, target **exec.ExitError) bool {
+	ee, ok := err.(*exec.ExitError)
+	if ok {
+		*target = ee
+	}
+	return ok
+}

@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// ServiceReader is implemented by a Store that can read one Consul service
+// on our node in one index-backed request (consul.Client.ReadService).
+type ServiceReader interface {
+	ReadService(ctx context.Context, name string) ([]consul.Registered, error)
+}
+
+// Resync asks the worker for an anti-entropy pass: re-read its owned state
+// from Consul and repair any drift. It never blocks. The supervisor calls it
+// when Consul lost its data; the worker also runs one every ResyncPeriod.
+func (w *Worker) Resync() {
+	select {
+	case w.resync <- struct{}{}:
+	default:
+	}
+}
+
+// firstResync spreads the fleet's passes: the first falls uniformly in
+// (0, period], so 10,000 workers started together do not read Consul in the
+// same second; later ones come every period ±10%.
+func firstResync(period time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(period))) + 1
+}
+
+func nextResync(period time.Duration) time.Duration {
+	return time.Duration(float64(period) * (0.9 + 0.2*rand.Float64()))
+}
+
+// readOwnedByName is the anti-entropy read: one request per Consul name the
+// worker knows (the names of its owned instances and its desired name),
+// each backed by Consul's service index. It reports false when it cannot be
+// used (no names known, or the store cannot read by name).
+func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
+	sr, ok := w.opts.Store.(ServiceReader)
+	if !ok {
+		return false, nil
+	}
+	names := w.knownNames()
+	if len(names) == 0 {
+		return false, nil
+	}
+	var entries []consul.Registered
+	for _, name := range names {
+		got, err := sr.ReadService(ctx, name)
+		if err != nil {
+			return true, fmt.Errorf("anti-entropy read: %w", err)
+		}
+		entries = append(entries, got...)
+	}
+	w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, entries)
+	w.ownedKnown = true
+	return true, nil
+}
+
+func (w *Worker) knownNames() []string {
+	set := map[string]bool{}
+	for _, r := range w.owned {
+		set[r.Name] = true
+	}
+	if svc, selected := w.opts.Lookup(); svc != nil && selected {
+		if spec, err := Desired(svc, w.opts.Config); err == nil {
+			set[spec.Name] = true
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

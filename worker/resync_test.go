@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+)
+
+// nameStore is a fakeStore that also reads by Consul name, and counts it.
+type nameStore struct {
+	*fakeStore
+	mu     sync.Mutex
+	byName int
+}
+
+func (n *nameStore) ReadService(ctx context.Context, name string) ([]consul.Registered, error) {
+	n.mu.Lock()
+	n.byName++
+	n.mu.Unlock()
+	all, err := n.ReadPrefix(ctx, "")
+	var out []consul.Registered
+	for _, r := range all {
+		if r.Name == name {
+			out = append(out, r)
+		}
+	}
+	return out, err
+}
+
+func (n *nameStore) reads() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.byName
+}
+
+// TestAntiEntropy: a periodic pass with nothing drifted writes nothing; an
+// instance deleted or edited behind the worker's back is repaired by the
+// next pass; Resync triggers a pass at once. Reads go by Consul name.
+func TestAntiEntropy(t *testing.T) {
+	var ns *nameStore
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB}), func(h *harness, o *Options) {
+		ns = &nameStore{fakeStore: h.store}
+		o.Store = ns
+		o.ResyncPeriod = 5 * W
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+
+	// A pass with nothing drifted: one read by name, no write.
+	h.clk.Step(5 * W) // the first pass falls within the first period
+	if f := h.flush(); f.Wrote || !f.Resync || f.Err != nil {
+		t.Fatalf("quiet pass: %+v", f)
+	}
+	if ns.reads() != 1 {
+		t.Fatalf("%d reads by name, want 1", ns.reads())
+	}
+	if st := h.w.Status(); st.Resyncs != 1 || st.Repairs != 0 {
+		t.Fatalf("status after a quiet pass: resyncs %d repairs %d", st.Resyncs, st.Repairs)
+	}
+
+	// Someone deletes one instance and edits the other's tags.
+	ids := h.store.instances()
+	h.store.remove(ids[0].ID)
+	h.store.edit(ids[1].ID, func(r *consul.Registered) {
+		r.Tags = append(r.Tags, "hijacked") // still carries our mark
+	})
+	h.w.Resync()
+	f := h.flush()
+	if !f.Resync || !f.Wrote {
+		t.Fatalf("repair pass: %+v", f)
+	}
+	wantChange(t, h.apply(), "+10.0.0.1:8080", "~10.0.0.2:8080[k8s east]")
+	if st := h.w.Status(); st.Repairs != 1 {
+		t.Errorf("repairs = %d, want 1", st.Repairs)
+	}
+	h.converged()
+}
+
+// TestAntiEntropyLeavesUnmarkedEntriesAlone: an entry with our ID whose mark
+// someone removed is no longer ours: the worker never overwrites it (its
+// create is a CAS that fails) and reports the failure instead.
+func TestAntiEntropyLeavesUnmarkedEntriesAlone(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), nil)
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	id := h.store.instances()[0].ID
+	h.store.edit(id, func(r *consul.Registered) { r.Tags = []string{"hijacked"}; r.Meta = nil })
+	h.w.Resync()
+	h.awaitTimer() // the pass waits for the window that the write opened
+	h.clk.Step(W)
+	f := h.flush()
+	if f.Err == nil || f.Wrote {
+		t.Fatalf("pass over an unmarked entry with our id: %+v", f)
+	}
+	if got := h.store.instances()[0]; len(got.Tags) != 1 || got.Tags[0] != "hijacked" {
+		t.Fatalf("unmarked entry was modified: %+v", got)
+	}
+}
