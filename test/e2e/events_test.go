@@ -51,6 +51,25 @@ func TestBadAnnotationIsReportedAndIsolated(t *testing.T) {
 	if ins, err := fixture.Instances(consul.Client, "bad", ""); err != nil || len(ins) != 0 {
 		t.Errorf("bad Service synced anyway: %v %v", ins, err)
 	}
+	// An FQDN EndpointSlice of the good Service is ignored with an Event
+	// naming the slice and the field; the Service's IP endpoints stay.
+	fqdn := fixture.Slice(e.ns, "good", "good-fqdn", discoveryv1.AddressTypeFQDN, ports, []fixture.EP{{IP: "db.example.com"}})
+	must(t, fixture.ApplySlice(ctx, c, fqdn))
+	eventually(t, 15*time.Second, "EndpointSkipped event on Service good", func() error {
+		list, err := c.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=good"})
+		if err != nil {
+			return err
+		}
+		for _, x := range list.Items {
+			if x.Reason == "EndpointSkipped" && strings.Contains(x.Message, "good-fqdn") && strings.Contains(x.Message, "FQDN") {
+				t.Logf("event: %s %s: %s", x.Type, x.Reason, x.Message)
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none EndpointSkipped naming good-fqdn", len(list.Items))
+	})
+	e.waitInstances("good", "10.4.0.1:80=passing,10.4.0.2:80=passing")
+
 	// Fixing the annotation syncs it.
 	bad["consul.hashicorp.com/service-port"] = "http"
 	must(t, fixture.ApplyService(ctx, c, fixture.Service(e.ns, "bad", bad, ports)))
