@@ -7,9 +7,10 @@ SHELL := bash
 export GOTOOLCHAIN := local
 
 GO ?= go
-# The real servers the end-to-end tests run against, built into the tool
-# cache (outside the checkout) by test/tools/build.sh.
-STACK_TOOLS := kube-apiserver etcd consul
+# The real servers the end-to-end tests run against, and the helm and kubectl
+# that test/deploy renders and applies the manifests with, built into the
+# tool cache (outside the checkout) by test/tools/build.sh.
+STACK_TOOLS := kube-apiserver etcd consul helm kubectl
 TEST_TIMEOUT ?= 30m
 # What to test and extra go test flags, e.g.
 #   make test PKGS=./test/smoke GOTESTFLAGS='-run Versions -v'
@@ -31,7 +32,7 @@ test: tools ## Run every test (unit and end-to-end against real kube-apiserver, 
 test-unit: ## Run the unit tests only (-short: end-to-end tests skip, no servers start).
 	$(GO) test -race -short $(GOTESTFLAGS) $(PKGS)
 
-tools: ## Build (or reuse from the cache) kube-apiserver, etcd and consul for the tests.
+tools: ## Build (or reuse from the cache) kube-apiserver, etcd, consul, helm and kubectl for the tests.
 	bash test/tools/build.sh $(STACK_TOOLS)
 
 lint: ## gofmt (must list nothing), go vet and staticcheck.

@@ -26,11 +26,20 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return runStatus(args[1:], stdout, stderr)
+		case "purge":
+			return runPurge(args[1:], stdout, stderr)
+		}
+	}
 	var cfg config
 	fs := flag.NewFlagSet("fleetsync", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fleetsync --cluster-id=ID [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: fleetsync --cluster-id=ID [flags]\n"+
+			"       fleetsync status|purge [flags]   (operator commands; --help for each)\n\n"+
 			"Keeps the Consul catalog equal to the endpoints of annotated Kubernetes Services.\n"+
 			"Every flag can also be set as FLEETSYNC_<FLAG_NAME> (e.g. FLEETSYNC_CLUSTER_ID).\n\nFlags:\n")
 		fs.PrintDefaults()

@@ -20,7 +20,7 @@ tools=(
   "kube-apiserver|kube|k8s.io/kubernetes/cmd/kube-apiserver|v1.37.2"
   "etcd|etcd|go.etcd.io/etcd/server/v3|v3.6.16"
   "consul|consul|github.com/hashicorp/consul|v1.14.11"
-  "kubectl|kubectl|k8s.io/kubectl/cmd/kubectl|v0.37.2"
+  "kubectl|kubectl|k8s.io/kubernetes/cmd/kubectl|v1.37.2"
   "helm|helm|helm.sh/helm/v3/cmd/helm|v3.22.0"
   "staticcheck|staticcheck|honnef.co/go/tools/cmd/staticcheck|v0.8.2"
 )
@@ -37,7 +37,7 @@ ldflags_for() {
   local name=$1 version=$2
   case "$name" in
     kube-apiserver|kubectl)
-      local kv="v1.${version#v[01].}" # k8s.io/kubectl v0.37.2 is Kubernetes v1.37.2
+      local kv="v1.${version#v[01].}" # a staging module v0.37.2 and k8s.io/kubernetes v1.37.2 are both Kubernetes v1.37.2
       local minor="${kv#v1.}"; minor="${minor%%.*}"
       local p f=""
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -45,6 +45,17 @@ ldflags_for() {
         f+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
       done
       echo "${f# }" ;;
+    helm)
+      # The Kubernetes version helm assumes (.Capabilities, lint's
+      # deprecation rules) is that of the client-go it is built with.
+      local cg; cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$here/helm/go.mod")"
+      local minor="${cg#v0.}"; minor="${minor%%.*}"
+      local h=helm.sh/helm/v3 f p
+      f="-X $h/internal/version.version=$version -X $h/internal/version.gitTreeState=clean"
+      for p in $h/pkg/chartutil $h/pkg/lint/rules; do
+        f+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+      done
+      echo "$f" ;;
   esac
 }
 

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/ownership"
+)
+
+// purgeConflictRounds bounds how often purge reads again and retries after
+// a CAS conflict (someone changed an entry between our read and our delete).
+const purgeConflictRounds = 5
+
+func runPurge(args []string, stdout, stderr io.Writer) int {
+	var cfg config
+	fs := flag.NewFlagSet("fleetsync purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	registerConsulFlags(fs, &cfg)
+	clusterID := fs.String("cluster-id", "", "the cluster whose instances and node to remove (required; never read from FLEETSYNC_CLUSTER_ID)")
+	yes := fs.Bool("yes", false, "do it; without --yes purge only prints what it would do")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: fleetsync purge --cluster-id=ID [--yes] [flags]\n\n"+
+			"Removes from Consul every instance carrying cluster ID's ownership mark, then its node k8s-<ID>\n"+
+			"and its cluster-id claim if nothing else is left on the node: for a Kubernetes cluster that is\n"+
+			"gone for good. Without --yes it only prints what it would do. Entries without the mark, and every\n"+
+			"other cluster's, are never touched. Refused while a running fleetsync holds the id's claim.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseSubcommand(fs, &cfg, args, stderr); !ok {
+		return code
+	}
+	if *clusterID == "" {
+		fmt.Fprintln(stderr, "fleetsync purge: --cluster-id is required")
+		return 2
+	}
+	cluster, err := ownership.New(*clusterID)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsync purge: --cluster-id:", err)
+		return 2
+	}
+	ctx, cancel := commandContext(*timeout)
+	defer cancel()
+	capi, err := consulapi.NewClient(consulConfig(cfg))
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsync purge: consul client:", err)
+		return 1
+	}
+	p := purger{api: capi, cluster: cluster, store: consul.NewClient(capi, cluster, consul.Options{}), claimPrefix: cfg.ClaimPrefix}
+	plan, err := p.plan(ctx)
+	if err == nil {
+		err = plan.refusal()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsync purge:", err)
+		return 1
+	}
+	writePurgePlan(stdout, plan, *yes)
+	if !*yes || (!plan.NodeFound && !plan.RemovesClaim()) {
+		return 0
+	}
+	res, err := p.execute(ctx, plan)
+	writePurgeResult(stdout, res)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsync purge:", err)
+		return 1
+	}
+	return 0
+}
+
+// purgePlan is what purge found on a cluster's node.
+type purgePlan struct {
+	Cluster    ownership.Cluster
+	NodeFound  bool
+	Owned      []consul.Registered // carrying the mark: to deregister
+	Foreign    []consul.Registered // without the mark: kept, and they keep the node
+	NodeChecks []string            // node-level checks: kept, and they keep the node
+	Claim      *consul.ClaimValue  // the id's claim in Consul KV, if any
+	ClaimHeld  bool                // a live session (a running fleetsync) holds it
+}
+
+// refusal is why purge must not run at all: the id's claim is held, so a
+// fleetsync for it is running and would register everything again.
+func (p purgePlan) refusal() error {
+	if p.Claim == nil || !p.ClaimHeld {
+		return nil
+	}
+	return fmt.Errorf("refusing: cluster id %s is claimed by a running fleetsync (holder %q, Kubernetes cluster %s); stop it first",
+		p.Cluster.ID(), p.Claim.Holder, p.Claim.KubeUID)
+}
+
+// RemovesClaim reports whether the id's claim goes too: the cluster has left
+// nothing in the catalog and no running fleetsync holds the claim.
+func (p purgePlan) RemovesClaim() bool {
+	return p.Claim != nil && !p.ClaimHeld && (!p.NodeFound || p.RemovesNode())
+}
+
+// RemovesNode reports whether the node goes once the owned entries are gone.
+func (p purgePlan) RemovesNode() bool {
+	return p.NodeFound && len(p.Foreign) == 0 && len(p.NodeChecks) == 0
+}
+
+// newPurgePlan sorts the node's entries by ownership. It refuses a node
+// that does not carry the cluster's mark: it is someone else's, whatever
+// its name says.
+func newPurgePlan(c ownership.Cluster, node *consulapi.Node, entries []consul.Registered, checks consulapi.HealthChecks) (purgePlan, error) {
+	plan := purgePlan{Cluster: c}
+	if node == nil {
+		return plan, nil
+	}
+	if err := nodeMarked(c, node); err != nil {
+		return plan, err
+	}
+	plan.NodeFound = true
+	for _, e := range entries {
+		if c.Owns(e) == nil {
+			plan.Owned = append(plan.Owned, e)
+		} else {
+			plan.Foreign = append(plan.Foreign, e)
+		}
+	}
+	for _, hc := range checks {
+		if hc.ServiceID == "" {
+			plan.NodeChecks = append(plan.NodeChecks, hc.CheckID)
+		}
+	}
+	sort.Slice(plan.Owned, func(i, j int) bool { return plan.Owned[i].ID < plan.Owned[j].ID })
+	sort.Slice(plan.Foreign, func(i, j int) bool { return plan.Foreign[i].ID < plan.Foreign[j].ID })
+	sort.Strings(plan.NodeChecks)
+	return plan, nil
+}
+
+func nodeMarked(c ownership.Cluster, node *consulapi.Node) error {
+	if node.Node != c.NodeName() || node.Meta[ownership.MetaExternalSource] != ownership.ExternalSource ||
+		node.Meta[ownership.MetaCluster] != c.ID() {
+		return fmt.Errorf("refusing to touch node %s: its meta %s=%q, %s=%q is not cluster %s's mark (%s=%s, %s=%s)",
+			node.Node, ownership.MetaExternalSource, node.Meta[ownership.MetaExternalSource],
+			ownership.MetaCluster, node.Meta[ownership.MetaCluster], c.ID(),
+			ownership.MetaExternalSource, ownership.ExternalSource, ownership.MetaCluster, c.ID())
+	}
+	return nil
+}
+
+// purger reads and writes one cluster's node. Instances are deleted through
+// the consul package's writer (ownership verified on every entry, delete-CAS
+// on the index read); the node only through a catalog deregistration of the
+// node alone, after checking again that it is marked and empty.
+type purger struct {
+	api         *consulapi.Client
+	cluster     ownership.Cluster
+	store       *consul.Client
+	claimPrefix string
+}
+
+func (p purger) plan(ctx context.Context) (purgePlan, error) {
+	claim, held, err := consul.ReadClaim(ctx, p.api, p.claimPrefix, p.cluster.ID())
+	if err != nil {
+		return purgePlan{}, fmt.Errorf("read the claim of cluster %s: %w", p.cluster.ID(), err)
+	}
+	node, err := p.readNode(ctx)
+	if err != nil || node == nil {
+		return purgePlan{Cluster: p.cluster, Claim: claim, ClaimHeld: held}, err
+	}
+	entries, err := p.store.ReadNode(ctx)
+	if err != nil {
+		return purgePlan{}, err
+	}
+	checks, _, err := p.api.Health().Node(p.cluster.NodeName(), (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return purgePlan{}, fmt.Errorf("read checks of node %s: %w", p.cluster.NodeName(), err)
+	}
+	plan, err := newPurgePlan(p.cluster, node, entries, checks)
+	plan.Claim, plan.ClaimHeld = claim, held
+	return plan, err
+}
+
+func (p purger) readNode(ctx context.Context) (*consulapi.Node, error) {
+	n, _, err := p.api.Catalog().Node(p.cluster.NodeName(), (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", p.cluster.NodeName(), err)
+	}
+	if n == nil {
+		return nil, nil
+	}
+	return n.Node, nil
+}
+
+// purgeResult is what execute did.
+type purgeResult struct {
+	Cluster      ownership.Cluster
+	Deregistered int
+	Services     int
+	Txns         int
+	NodeRemoved  bool
+	ClaimRemoved string    // the claim key removed, if any
+	Kept         purgePlan // what was left on the node after the deletes
+}
+
+func (p purger) execute(ctx context.Context, plan purgePlan) (purgeResult, error) {
+	res := purgeResult{Cluster: p.cluster, Services: len(servicesOf(plan.Owned))}
+	for round := 1; len(plan.Owned) > 0; round++ {
+		applied, err := p.store.Apply(ctx, consul.Change{Deregister: plan.Owned})
+		res.Deregistered += applied.Deregistered
+		res.Txns += applied.Txns
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, consul.ErrConflict) || round == purgeConflictRounds {
+			return res, fmt.Errorf("deregister instances of cluster %s: %w", p.cluster.ID(), err)
+		}
+		// Someone changed an entry since we read it: read again, and
+		// verify ownership again, before the next try.
+		if plan, err = p.plan(ctx); err != nil {
+			return res, err
+		}
+	}
+	after, err := p.plan(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Kept = after
+	if len(after.Owned) > 0 {
+		return res, fmt.Errorf("%d instances of cluster %s are on node %s again: is a fleetsync with --cluster-id=%s still running?",
+			len(after.Owned), p.cluster.ID(), p.cluster.NodeName(), p.cluster.ID())
+	}
+	if err := after.refusal(); err != nil {
+		return res, err
+	}
+	if after.RemovesNode() {
+		// The node is marked (plan checked it just now) and holds
+		// nothing: deregister the node alone.
+		if _, err := p.api.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: p.cluster.NodeName()},
+			(&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+			return res, fmt.Errorf("deregister node %s: %w", p.cluster.NodeName(), err)
+		}
+		res.NodeRemoved = true
+	}
+	if after.RemovesClaim() {
+		key, err := p.removeClaim(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.ClaimRemoved = key
+	}
+	return res, nil
+}
+
+// removeClaim deletes the id's claim key if no session holds it, CAS on the
+// index read.
+func (p purger) removeClaim(ctx context.Context) (string, error) {
+	prefix := p.claimPrefix
+	if prefix == "" {
+		prefix = consul.DefaultClaimPrefix
+	}
+	key := strings.TrimSuffix(prefix, "/") + "/" + p.cluster.ID()
+	pair, _, err := p.api.KV().Get(key, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return "", err
+	}
+	if pair.Session != "" {
+		return "", fmt.Errorf("refusing to remove claim %s: a running fleetsync took it meanwhile", key)
+	}
+	ok, _, err := p.api.KV().DeleteCAS(pair, (&consulapi.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return "", fmt.Errorf("remove claim %s: %w", key, err)
+	}
+	if !ok {
+		return "", fmt.Errorf("claim %s changed while purging; run purge again", key)
+	}
+	return key, nil
+}
+
+func servicesOf(entries []consul.Registered) map[string]int {
+	m := map[string]int{}
+	for _, e := range entries {
+		m[e.Name]++
+	}
+	return m
+}
+
+func writePurgePlan(w io.Writer, plan purgePlan, yes bool) {
+	c := plan.Cluster
+	if !plan.NodeFound {
+		if plan.RemovesClaim() {
+			verb := "would remove"
+			if yes {
+				verb = "removing"
+			}
+			fmt.Fprintf(w, "Node %s is not in Consul; %s the released claim of cluster id %s.\n", c.NodeName(), verb, c.ID())
+			return
+		}
+		fmt.Fprintf(w, "Node %s is not in Consul: cluster %s has nothing to purge.\n", c.NodeName(), c.ID())
+		return
+	}
+	verb := "Would deregister"
+	if yes {
+		verb = "Deregistering"
+	}
+	by := servicesOf(plan.Owned)
+	fmt.Fprintf(w, "%s %d instances of %d services carrying cluster %s's mark, from node %s:\n",
+		verb, len(plan.Owned), len(by), c.ID(), c.NodeName())
+	if len(by) > 0 {
+		names := make([]string, 0, len(by))
+		for n := range by {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SERVICE\tINSTANCES")
+		for _, n := range names {
+			fmt.Fprintf(tw, "  %s\t%d\n", n, by[n])
+		}
+		_ = tw.Flush()
+	}
+	if !yes {
+		writeNodeFate(w, plan, false)
+		fmt.Fprintf(w, "Dry run: nothing changed. Stop every fleetsync running with --cluster-id=%s, then run again with --yes.\n", c.ID())
+	}
+}
+
+func writeNodeFate(w io.Writer, plan purgePlan, done bool) {
+	c := plan.Cluster
+	if plan.RemovesNode() {
+		if !done {
+			fmt.Fprintf(w, "Would then deregister node %s: nothing else is on it.\n", c.NodeName())
+			if plan.RemovesClaim() {
+				fmt.Fprintf(w, "Would then remove the released claim of cluster id %s.\n", c.ID())
+			}
+		}
+		return
+	}
+	var kept []string
+	for _, e := range plan.Foreign {
+		kept = append(kept, fmt.Sprintf("service %s id %s", e.Name, e.ID))
+	}
+	for _, id := range plan.NodeChecks {
+		kept = append(kept, "node check "+id)
+	}
+	verb := "Would keep"
+	if done {
+		verb = "Kept"
+	}
+	fmt.Fprintf(w, "%s node %s: %d entries without cluster %s's mark stay on it (%s).\n",
+		verb, c.NodeName(), len(kept), c.ID(), strings.Join(kept, "; "))
+}
+
+func writePurgeResult(w io.Writer, res purgeResult) {
+	if res.Deregistered > 0 || res.Kept.NodeFound || res.NodeRemoved {
+		fmt.Fprintf(w, "Deregistered %d instances of %d services of cluster %s (%d transactions).\n",
+			res.Deregistered, res.Services, res.Cluster.ID(), res.Txns)
+	}
+	switch {
+	case res.NodeRemoved:
+		fmt.Fprintf(w, "Deregistered node %s.\n", res.Cluster.NodeName())
+	case res.Kept.NodeFound && len(res.Kept.Owned) == 0:
+		writeNodeFate(w, res.Kept, true)
+	}
+	if res.ClaimRemoved != "" {
+		fmt.Fprintf(w, "Removed claim %s: the cluster id is free for another Kubernetes cluster.\n", res.ClaimRemoved)
+	}
+}

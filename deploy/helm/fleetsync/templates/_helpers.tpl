@@ -1,0 +1,47 @@
+{{/* Name of the chart, overridable with nameOverride. */}}
+{{- define "fleetsync.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects. */}}
+{{- define "fleetsync.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "fleetsync.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "fleetsync.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fleetsync.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "fleetsync.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "fleetsync.labels" -}}
+{{ include "fleetsync.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "fleetsync.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "fleetsync.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails rendering with a clear message when a value is unusable. */}}
+{{- define "fleetsync.validate" -}}
+{{- $id := required "clusterID is required: a DNS label naming this Kubernetes cluster in Consul (e.g. --set clusterID=prod-eu-1)" .Values.clusterID -}}
+{{- if not (regexMatch "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$" $id) -}}
+{{- fail (printf "clusterID %q is invalid: it must be a DNS label (1-63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit)" $id) -}}
+{{- end -}}
+{{- $_ := required "consul.address is required: the Consul HTTP API, host:port or https://host:port" .Values.consul.address -}}
+{{- if and .Values.consul.ca.secretName .Values.consul.ca.configMapName -}}
+{{- fail "consul.ca: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- end -}}

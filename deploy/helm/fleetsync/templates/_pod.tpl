@@ -1,0 +1,110 @@
+{{/* The daemon's flags, as a YAML list of strings (see docs/configuration.md). */}}
+{{- define "fleetsync.args" -}}
+- {{ print "--cluster-id=" .Values.clusterID | toJson }}
+- {{ print "--default-sync=" .Values.sync.defaultSync | toJson }}
+- {{ print "--allow-namespace=" (join "," .Values.sync.allowNamespaces) | toJson }}
+- {{ print "--deny-namespace=" (join "," .Values.sync.denyNamespaces) | toJson }}
+- {{ print "--window=" .Values.sync.window | toJson }}
+- {{ print "--service-prefix=" .Values.sync.servicePrefix | toJson }}
+- {{ print "--add-namespace-suffix=" .Values.sync.addNamespaceSuffix | toJson }}
+- {{ print "--k8s-tag=" .Values.sync.k8sTag | toJson }}
+- {{ print "--terminating=" .Values.sync.terminating | toJson }}
+- {{ print "--register-not-ready=" .Values.sync.registerNotReady | toJson }}
+- {{ print "--consul-max-writes-per-second=" .Values.writeBudget.maxWritesPerSecond | toJson }}
+- {{ print "--consul-write-burst=" (int .Values.writeBudget.burst) | toJson }}
+- {{ print "--consul-max-inflight=" (int .Values.writeBudget.maxInflight) | toJson }}
+- {{ print "--metrics-per-worker=" .Values.metrics.perWorker | toJson }}
+- {{ print "--http-addr=:" (int .Values.httpPort) | toJson }}
+- {{ print "--shutdown-timeout=" .Values.shutdownTimeout | toJson }}
+- {{ print "--log-level=" .Values.log.level | toJson }}
+- {{ print "--log-json=" .Values.log.json | toJson }}
+{{- range .Values.extraArgs }}
+- {{ . | toJson }}
+{{- end }}
+{{- end -}}
+
+{{/* Consul's own variables: the address, and the mounted token, CA and
+client cert. Variables rather than flags, so that `fleetsync status` and
+`purge` run in the pod (kubectl exec) reach the same Consul. */}}
+{{- define "fleetsync.env" -}}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+- name: CONSUL_HTTP_ADDR
+  value: {{ .Values.consul.address | toJson }}
+{{- with .Values.consul.tlsServerName }}
+- name: CONSUL_TLS_SERVER_NAME
+  value: {{ . | toJson }}
+{{- end }}
+{{- if .Values.consul.tokenSecret.name }}
+- name: CONSUL_HTTP_TOKEN_FILE
+  value: /etc/fleetsync/consul-token/token
+{{- end }}
+{{- if or .Values.consul.ca.secretName .Values.consul.ca.configMapName }}
+- name: CONSUL_CACERT
+  value: /etc/fleetsync/consul-ca/ca.crt
+{{- end }}
+{{- if .Values.consul.clientCertSecret }}
+- name: CONSUL_CLIENT_CERT
+  value: /etc/fleetsync/consul-client/tls.crt
+- name: CONSUL_CLIENT_KEY
+  value: /etc/fleetsync/consul-client/tls.key
+{{- end }}
+{{- end -}}
+
+{{- define "fleetsync.volumeMounts" -}}
+{{- if .Values.consul.tokenSecret.name }}
+- name: consul-token
+  mountPath: /etc/fleetsync/consul-token
+  readOnly: true
+{{- end }}
+{{- if or .Values.consul.ca.secretName .Values.consul.ca.configMapName }}
+- name: consul-ca
+  mountPath: /etc/fleetsync/consul-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.consul.clientCertSecret }}
+- name: consul-client
+  mountPath: /etc/fleetsync/consul-client
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "fleetsync.volumes" -}}
+{{- if .Values.consul.tokenSecret.name }}
+- name: consul-token
+  secret:
+    secretName: {{ .Values.consul.tokenSecret.name }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.consul.tokenSecret.key }}
+        path: token
+{{- end }}
+{{- if .Values.consul.ca.secretName }}
+- name: consul-ca
+  secret:
+    secretName: {{ .Values.consul.ca.secretName }}
+    items:
+      - key: {{ .Values.consul.ca.key }}
+        path: ca.crt
+{{- else if .Values.consul.ca.configMapName }}
+- name: consul-ca
+  configMap:
+    name: {{ .Values.consul.ca.configMapName }}
+    items:
+      - key: {{ .Values.consul.ca.key }}
+        path: ca.crt
+{{- end }}
+{{- if .Values.consul.clientCertSecret }}
+- name: consul-client
+  secret:
+    secretName: {{ .Values.consul.clientCertSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,126 @@
+package deploy
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+)
+
+func kustomize(t *testing.T, dir string) objects {
+	t.Helper()
+	return decodeObjects(t, mustRun(t, filepath.Join(tools, "kubectl"), "kustomize", filepath.Join(kustomizeDir, dir)))
+}
+
+// daemonEnvNames returns FLEETSYNC_<FLAG> for every flag of the daemon, read
+// from its --help.
+func daemonEnvNames(t *testing.T, bin string) map[string]bool {
+	t.Helper()
+	r := runCmd(t, bin, "--help")
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(r.stderr, -1) {
+		names["FLEETSYNC_"+strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))] = true
+	}
+	if !names["FLEETSYNC_CLUSTER_ID"] {
+		t.Fatalf("no flags in fleetsync --help:\n%s", r.stderr)
+	}
+	return names
+}
+
+// TestKustomize: the base and the example overlay render the chart's
+// objects (plus the ConfigMap of settings) with the same RBAC and pod, and
+// every setting is a variable the daemon reads.
+func TestKustomize(t *testing.T) {
+	needStack(t)
+	bin, err := fixture.Build()
+	must(t, err)
+	envNames := daemonEnvNames(t, bin)
+	consulVars := []string{"CONSUL_HTTP_ADDR", "CONSUL_TLS_SERVER_NAME", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_CACERT", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY"}
+	chart := chartProfiles[0].render(t, "fleetsync", "fleetsync")
+	var chartDep appsv1.Deployment
+	chart.one(t, "Deployment", &chartDep)
+
+	for _, dir := range []string{"base", "example"} {
+		t.Run(dir, func(t *testing.T) {
+			o := kustomize(t, dir)
+			var kinds, chartKinds []string
+			for _, u := range o {
+				kinds = append(kinds, u.GetKind())
+				if u.GetKind() != "ClusterRole" && u.GetKind() != "ClusterRoleBinding" && u.GetNamespace() != "fleetsync" {
+					t.Errorf("%s/%s in namespace %q, want fleetsync", u.GetKind(), u.GetName(), u.GetNamespace())
+				}
+			}
+			for _, u := range chart {
+				chartKinds = append(chartKinds, u.GetKind())
+			}
+			chartKinds = append(chartKinds, "ConfigMap")
+			slices.Sort(kinds)
+			slices.Sort(chartKinds)
+			if !slices.Equal(kinds, chartKinds) {
+				t.Errorf("kinds %v, want the chart's %v", kinds, chartKinds)
+			}
+			sa := checkRBAC(t, o, "fleetsync")
+			var d appsv1.Deployment
+			var svc corev1.Service
+			var cm corev1.ConfigMap
+			o.one(t, "Deployment", &d)
+			o.one(t, "Service", &svc)
+			o.one(t, "ConfigMap", &cm)
+			checkPod(t, &d, sa, &svc)
+			c, cc := d.Spec.Template.Spec.Containers[0], chartDep.Spec.Template.Spec.Containers[0]
+			if fmt.Sprint(c.SecurityContext, c.LivenessProbe, c.ReadinessProbe, c.Resources, d.Spec.Template.Spec.SecurityContext, d.Spec.Strategy) !=
+				fmt.Sprint(cc.SecurityContext, cc.LivenessProbe, cc.ReadinessProbe, cc.Resources, chartDep.Spec.Template.Spec.SecurityContext, chartDep.Spec.Strategy) {
+				t.Errorf("pod differs from the chart's:\nkustomize %+v\nchart     %+v", d.Spec.Template.Spec, chartDep.Spec.Template.Spec)
+			}
+			if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != cm.Name {
+				t.Errorf("envFrom %+v, want the ConfigMap %s", c.EnvFrom, cm.Name)
+			}
+			var env []string
+			for k, v := range cm.Data {
+				if !envNames[k] && !slices.Contains(consulVars, k) {
+					t.Errorf("ConfigMap key %s is no variable fleetsync reads", k)
+				}
+				env = append(env, k+"="+v)
+			}
+			// The settings parse: --version reads them all, then exits.
+			r := runCmdEnv(t, env, bin, "--version")
+			if r.code != 0 {
+				t.Errorf("fleetsync --version with the ConfigMap's variables: exit %d: %s", r.code, r.stderr)
+			}
+			if dir == "example" {
+				if cm.Data["FLEETSYNC_CLUSTER_ID"] == "" || cm.Data["CONSUL_HTTP_ADDR"] == "" || cm.Data["CONSUL_HTTP_TOKEN_FILE"] == "" {
+					t.Errorf("example overlay ConfigMap %v: want a cluster id and a token file", cm.Data)
+				}
+				// checkPod verified the token file is on a mounted
+				// volume; here, that the variable points at it.
+				d.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CONSUL_HTTP_TOKEN_FILE", Value: cm.Data["CONSUL_HTTP_TOKEN_FILE"]},
+					{Name: "CONSUL_CACERT", Value: cm.Data["CONSUL_CACERT"]}}
+				checkPod(t, &d, sa, &svc)
+			}
+		})
+	}
+}
+
+func TestKustomizeServerDryRun(t *testing.T) {
+	needStack(t)
+	createNamespace(t, "fleetsync")
+	for _, dir := range []string{"base", "example"} {
+		t.Run(dir, func(t *testing.T) {
+			out := mustRun(t, filepath.Join(tools, "kubectl"), "--kubeconfig", kube.KubeconfigPath,
+				"apply", "--dry-run=server", "-k", filepath.Join(kustomizeDir, dir))
+			for _, k := range []string{"serviceaccount/fleetsync", "clusterrole.rbac.authorization.k8s.io/fleetsync",
+				"clusterrolebinding.rbac.authorization.k8s.io/fleetsync", "service/fleetsync", "deployment.apps/fleetsync", "configmap/fleetsync-config-"} {
+				if !strings.Contains(out, k) {
+					t.Errorf("kubectl apply -k output lacks %s:\n%s", k, out)
+				}
+			}
+		})
+	}
+}
