@@ -60,18 +60,22 @@ func TestTLSAndTokenRotation(t *testing.T) {
 	caFile, certFile, keyFile := writeCA(t, dir)
 	httpsPort := freePortT(t)
 	const management = "f1e2d3c4-0000-4000-8000-00000000root"
-	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul,
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Token: management, ExtraArgs: []string{quietConsul,
 		fmt.Sprintf(`-hcl=ports { https = %d }`, httpsPort),
 		fmt.Sprintf(`-hcl=tls { defaults { ca_file = %q cert_file = %q key_file = %q verify_incoming = false } }`, caFile, certFile, keyFile),
-		fmt.Sprintf(`-hcl=acl { enabled = true default_policy = "allow" tokens { initial_management = %q } }`, management),
+		fmt.Sprintf(`-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = %q } }`, management),
 	}})
 	must(t, err)
 	t.Cleanup(func() { _ = own.Stop() })
-	admin, err := consulapi.NewClient(&consulapi.Config{Address: own.Addr, Token: management})
+	admin := own.Client
+	// The policy documented in docs/operations.md, for this cluster id.
+	policy, _, err := admin.ACL().PolicyCreate(&consulapi.ACLPolicy{Name: "fleetsync-" + e.cluster,
+		Rules: strings.ReplaceAll(aclRules, "<cluster-id>", e.cluster)}, nil)
 	must(t, err)
-	tokA, _, err := admin.ACL().TokenCreate(&consulapi.ACLToken{Description: "fleetsync A"}, nil)
+	link := []*consulapi.ACLTokenPolicyLink{{ID: policy.ID}}
+	tokA, _, err := admin.ACL().TokenCreate(&consulapi.ACLToken{Description: "fleetsync A", Policies: link}, nil)
 	must(t, err)
-	tokB, _, err := admin.ACL().TokenCreate(&consulapi.ACLToken{Description: "fleetsync B"}, nil)
+	tokB, _, err := admin.ACL().TokenCreate(&consulapi.ACLToken{Description: "fleetsync B", Policies: link}, nil)
 	must(t, err)
 	tokenFile := filepath.Join(dir, "token")
 	must(t, os.WriteFile(tokenFile, []byte(tokA.SecretID+"\n"), 0o600))
@@ -156,6 +160,14 @@ func TestTLSAndTokenRotation(t *testing.T) {
 		}
 	}
 }
+
+// aclRules is the least-privilege policy of docs/operations.md.
+const aclRules = `
+node "k8s-<cluster-id>" { policy = "write" }
+service_prefix "" { policy = "write" }
+session_prefix "" { policy = "write" }
+key_prefix "fleetsync/clusters/" { policy = "write" }
+`
 
 func freePortT(t *testing.T) int {
 	t.Helper()

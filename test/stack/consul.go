@@ -29,6 +29,9 @@ type ConsulOptions struct {
 	NodeName string
 	// ExtraArgs are appended to `consul agent`'s flags.
 	ExtraArgs []string
+	// Token is the ACL token the harness itself uses (its readiness checks,
+	// Client, metrics), for agents started with ACLs on and a deny default.
+	Token string
 }
 
 // Consul is a running `consul agent -dev` (server, in-memory state) on
@@ -116,7 +119,7 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 		_ = c.Stop()
 		return nil, err
 	}
-	if c.Client, err = consulapi.NewClient(&consulapi.Config{Address: c.Addr, Scheme: "http", HttpClient: c.http}); err != nil {
+	if c.Client, err = consulapi.NewClient(&consulapi.Config{Address: c.Addr, Scheme: "http", HttpClient: c.http, Token: c.opts.Token}); err != nil {
 		_ = c.Stop()
 		return nil, err
 	}
@@ -183,7 +186,7 @@ func (c *Consul) startOnce(ctx context.Context, name string) (_ *Process, err er
 	// Leader first, then our own node in the catalog: by then the agent
 	// accepts catalog writes and its anti-entropy has run once.
 	if err := waitFor(ctx, "consul leader", []*Process{p}, func(ctx context.Context) (bool, error) {
-		code, body, err := httpGet(ctx, c.http, base+"/v1/status/leader", "")
+		code, body, err := httpGet(ctx, c.http, base+"/v1/status/leader", c.opts.Token)
 		if err != nil {
 			return false, err
 		}
@@ -193,7 +196,7 @@ func (c *Consul) startOnce(ctx context.Context, name string) (_ *Process, err er
 		return nil, err
 	}
 	if err := waitFor(ctx, "consul node registration", []*Process{p}, func(ctx context.Context) (bool, error) {
-		code, body, err := httpGet(ctx, c.http, base+"/v1/catalog/node/"+c.NodeName, "")
+		code, body, err := httpGet(ctx, c.http, base+"/v1/catalog/node/"+c.NodeName, c.opts.Token)
 		if err != nil {
 			return false, err
 		}
@@ -215,7 +218,7 @@ func (c *Consul) startOnce(ctx context.Context, name string) (_ *Process, err er
 
 func (c *Consul) agentVersion(ctx context.Context, base string) (string, error) {
 	// The typed client is not built yet on the first start.
-	cl, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(base, "http://"), Scheme: "http", HttpClient: c.http})
+	cl, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(base, "http://"), Scheme: "http", HttpClient: c.http, Token: c.opts.Token})
 	if err != nil {
 		return "", err
 	}
@@ -295,6 +298,9 @@ func (c *Consul) counter(ctx context.Context, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.HTTPAddr+"/v1/agent/metrics?format=prometheus", nil)
 	if err != nil {
 		return 0, err
+	}
+	if c.opts.Token != "" {
+		req.Header.Set("X-Consul-Token", c.opts.Token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
