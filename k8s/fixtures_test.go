@@ -101,16 +101,6 @@ func (c *changes) expect(t *testing.T, want ...Key) {
 	}
 }
 
-// drain discards the notifications already delivered.
-func (c *changes) drain() {
-	for {
-		select {
-		case <-c.ch:
-		default:
-			return
-		}
-	}
-}
 
 // startWatcher starts a Watcher on client, waits for its sync and stops
 // it when the test ends.

@@ -48,8 +48,7 @@ func startWithMetrics(t *testing.T, w *fakeWatcher, store Store, per PerWorker) 
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, per)
-	var f *fixture
-	f = startWith(t, w, store, func(s *Supervisor) { m.Attach(reg, s) })
+	f := startWith(t, w, store, func(s *Supervisor) { m.Attach(reg, s) })
 	return f, reg
 }
 
