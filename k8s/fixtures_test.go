@@ -101,7 +101,6 @@ func (c *changes) expect(t *testing.T, want ...Key) {
 	}
 }
 
-
 // startWatcher starts a Watcher on client, waits for its sync and stops
 // it when the test ends.
 func startWatcher(t testing.TB, client kubernetes.Interface, resync time.Duration) (*Watcher, *changes) {
