@@ -62,6 +62,8 @@ type Metrics struct {
 	resyncs        prometheus.Counter
 	repairs        prometheus.Counter
 	nodeLost       prometheus.Counter
+	shardHeld      *prometheus.GaugeVec
+	shardMoves     *prometheus.CounterVec
 
 	TxnDuration  prometheus.Histogram
 	TxnErrors    prometheus.Counter
@@ -111,6 +113,10 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Anti-entropy passes that found drift and wrote a repair."})
 	m.nodeLost = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_supervisor_node_lost_total",
 		Help: "Times our node vanished from Consul while we had instances (every worker resynced)."})
+	m.shardHeld = f.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetsync_shard_held",
+		Help: "1 for each shard this replica holds (with --shards > 1)."}, []string{"shard"})
+	m.shardMoves = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_shard_transitions_total",
+		Help: "Shards gained and lost by this replica."}, []string{"direction"})
 	m.TxnDuration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_consul_txn_duration_seconds",
 		Help:    "Duration of Consul transactions (one Raft apply each).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}})
@@ -194,6 +200,14 @@ func (h hooks) Bootstrapped(d time.Duration, owned, foreign int) {
 func (h hooks) BootstrapReadFailed(error) { h.m.bootstrapFails.Inc() }
 func (h hooks) InformersSynced()          { h.m.InformerSync.Set(1) }
 func (h hooks) NodeLost()                 { h.m.nodeLost.Inc() }
+func (h hooks) ShardGained(k int) {
+	h.m.shardHeld.WithLabelValues(strconv.Itoa(k)).Set(1)
+	h.m.shardMoves.WithLabelValues("gained").Inc()
+}
+func (h hooks) ShardLost(k int) {
+	h.m.shardHeld.DeleteLabelValues(strconv.Itoa(k))
+	h.m.shardMoves.WithLabelValues("lost").Inc()
+}
 
 // Per-worker and per-state descriptors, exported at scrape time.
 var (

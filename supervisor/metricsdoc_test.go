@@ -34,6 +34,8 @@ func renderMetricsDoc(t *testing.T) string {
 	// Touch the vectors so that they are gathered.
 	m.ops.WithLabelValues("register")
 	m.BudgetWait.WithLabelValues("high")
+	m.shardHeld.WithLabelValues("0")
+	m.shardMoves.WithLabelValues("gained")
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

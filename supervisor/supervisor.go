@@ -55,6 +55,9 @@ type Options struct {
 	ObserverFor func(key k8s.Key) worker.Observer
 	// Hooks for fleet-wide metrics; nil: none.
 	Hooks Hooks
+	// Shards splits Services between replicas (see GainShard); 1 (the
+	// default) means this process syncs every Service.
+	Shards int
 }
 
 // Hooks receive fleet-wide measurements.
@@ -66,6 +69,8 @@ type Hooks interface {
 	BootstrapReadFailed(err error)
 	InformersSynced()
 	NodeLost()
+	ShardGained(shard int)
+	ShardLost(shard int)
 }
 
 type nopHooks struct{}
@@ -77,6 +82,8 @@ func (nopHooks) Bootstrapped(time.Duration, int, int) {}
 func (nopHooks) BootstrapReadFailed(error)            {}
 func (nopHooks) InformersSynced()                     {}
 func (nopHooks) NodeLost()                            {}
+func (nopHooks) ShardGained(int)                      {}
+func (nopHooks) ShardLost(int)                        {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -90,12 +97,16 @@ type Supervisor struct {
 	mu      sync.Mutex
 	ctx     context.Context // Run's context, set before bootstrap ends
 	workers map[k8s.Key]*entry
+	shardMu sync.Mutex   // guards held; never held while taking mu
+	held    map[int]bool // shards held (unused when Options.Shards is 1)
 	wg      sync.WaitGroup
 }
 
 type entry struct {
 	w        *worker.Worker
 	restarts int
+	cancel   context.CancelCauseFunc
+	done     chan struct{} // closed when runWorker returns
 }
 
 // New returns a supervisor.
@@ -109,7 +120,11 @@ func New(opts Options) *Supervisor {
 	if opts.Hooks == nil {
 		opts.Hooks = nopHooks{}
 	}
-	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{}}
+	if opts.Shards < 1 {
+		opts.Shards = 1
+	}
+	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
+		held: map[int]bool{}}
 }
 
 // Bootstrapped reports whether the informers synced and the owned state was
@@ -241,7 +256,7 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 		}
 	}
 	for key, entries := range owned {
-		if _, ok := s.workers[key]; !ok {
+		if _, ok := s.workers[key]; !ok && s.holds(key) {
 			s.startLocked(key, entries, true)
 		}
 	}
@@ -249,8 +264,13 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 	close(s.gate)
 }
 
-// wants is the single "is this Service mine" decision.
+// wants is the single "is this Service mine" decision: selected, and in a
+// shard this replica holds. (A worker's own Lookup leaves shards out: a
+// worker whose shard goes is stopped, never told to deregister.)
 func (s *Supervisor) wants(key k8s.Key) bool {
+	if !s.holds(key) {
+		return false
+	}
 	_, selected := s.lookup(key)
 	return selected
 }
@@ -281,11 +301,12 @@ func (s *Supervisor) changed(key k8s.Key) {
 
 // startLocked starts the worker of key; s.mu is held.
 func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
-	e := &entry{w: s.newWorker(key, owned, ownedKnown)}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	e := &entry{w: s.newWorker(key, owned, ownedKnown), cancel: cancel, done: make(chan struct{})}
 	s.workers[key] = e
 	s.opts.Hooks.WorkerStarted(key)
 	s.wg.Add(1)
-	go s.runWorker(s.ctx, key, e)
+	go s.runWorker(ctx, key, e)
 	return e.w
 }
 
@@ -315,6 +336,8 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 // restarts it, after a backoff, with its owned state re-read from Consul.
 func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	defer s.wg.Done()
+	defer close(e.done)
+	defer e.cancel(nil)
 	for {
 		err := safeRun(ctx, e.w)
 		if ctx.Err() != nil {

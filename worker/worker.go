@@ -223,8 +223,16 @@ func (w *Worker) waitGate(ctx context.Context) error {
 	}
 }
 
+// ErrHandedOver, as the cause of Run's context (context.WithCancelCause),
+// stops the worker without its final flush: another replica takes the
+// Service over, and this one must not write after that.
+var ErrHandedOver = errors.New("service handed over to another replica")
+
 // drain attempts the pending flush when the worker is stopped.
 func (w *Worker) drain(ctx context.Context, s *scheduler) {
+	if errors.Is(context.Cause(ctx), ErrHandedOver) {
+		return
+	}
 	select {
 	case <-w.trigger:
 		s.dirty = true

@@ -76,6 +76,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Store:             store,
 		Reporter:          recorder,
 		Log:               log,
+		Shards:            cfg.Shards,
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,
 		NodeCheckInterval: cfg.NodeCheck,
@@ -84,6 +85,15 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return err
 	}
 	metrics.Attach(reg, sup)
+	var shards *supervisor.ShardManager
+	if cfg.Shards > 1 {
+		sc := shardConfig(cfg, kube, log)
+		if err := sc.Validate(); err != nil {
+			return err
+		}
+		shards = supervisor.NewShardManager(sc, sup)
+		log.Info("Sharding", "shards", cfg.Shards, "replica", sc.Identity, "lease_namespace", sc.Namespace)
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -103,6 +113,12 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		tokens.Watch(gctx, 5*time.Second)
 		return nil
 	})
+	if shards != nil {
+		g.Go(func() error {
+			shards.Run(gctx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2))
 		return nil
@@ -204,4 +220,20 @@ func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, 
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+func shardConfig(cfg config, kube kubernetes.Interface, log hclog.Logger) supervisor.ShardConfig {
+	ns := cfg.LeaseNamespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	id := cfg.ReplicaID
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	return supervisor.ShardConfig{Client: kube, Namespace: ns, ClusterID: cfg.ClusterID, Identity: id, Shards: cfg.Shards,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log.Named("shards")}
 }

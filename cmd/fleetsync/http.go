@@ -53,6 +53,9 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, health *consul
 		}
 		writeJSON(w, out)
 	})
+	mux.HandleFunc("GET /debug/shards", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"shards": cfg.Shards, "held": sup.HeldShards()})
+	})
 	mux.HandleFunc("GET /debug/workers/{namespace}/{service}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := sup.Worker(k8s.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("service")})
 		if !ok {

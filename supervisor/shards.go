@@ -1,0 +1,109 @@
+package supervisor
+
+import (
+	"context"
+	"hash/fnv"
+	"sort"
+
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// ShardOf returns the shard of a Service: a stable hash (FNV-1a) of
+// "namespace/name" modulo n.
+func ShardOf(key k8s.Key, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key.String()))
+	return int(h.Sum32() % uint32(n))
+}
+
+// holds reports whether this replica holds the shard of key; s.mu need not
+// be held by the caller (it takes it only when sharded).
+func (s *Supervisor) holds(key k8s.Key) bool {
+	if s.opts.Shards <= 1 {
+		return true
+	}
+	s.shardMu.Lock()
+	defer s.shardMu.Unlock()
+	return s.held[ShardOf(key, s.opts.Shards)]
+}
+
+// HeldShards returns the shards this replica holds, sorted.
+func (s *Supervisor) HeldShards() []int {
+	if s.opts.Shards <= 1 {
+		return []int{0}
+	}
+	s.shardMu.Lock()
+	defer s.shardMu.Unlock()
+	out := make([]int, 0, len(s.held))
+	for k := range s.held {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// GainShard makes this replica sync the Services of shard k. Before
+// bootstrap it only records the shard (bootstrap starts its workers); after,
+// it reads the owned state of our node once and starts a worker for every
+// selected Service of the shard and every Service of the shard with owned
+// instances, each handed its owned state (so Services already right in
+// Consul cost no write). It returns early only if ctx ends.
+func (s *Supervisor) GainShard(ctx context.Context, k int) {
+	s.shardMu.Lock()
+	s.held[k] = true
+	s.shardMu.Unlock()
+	s.opts.Hooks.ShardGained(k)
+	s.log.Info("Shard gained", "shard", k)
+	if !s.bootstrapped.Load() {
+		return
+	}
+	owned, _, err := s.readOwned(ctx)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	for _, key := range s.opts.Watcher.Keys() {
+		if _, ok := s.workers[key]; !ok && ShardOf(key, s.opts.Shards) == k && s.wants(key) {
+			s.startLocked(key, owned[key], true)
+		}
+	}
+	for key, entries := range owned {
+		if _, ok := s.workers[key]; !ok && ShardOf(key, s.opts.Shards) == k && s.holds(key) {
+			s.startLocked(key, entries, true)
+		}
+	}
+}
+
+// LoseShard stops the workers of shard k and returns once they have all
+// ended: no flush is attempted and nothing is deregistered (another replica
+// takes the shard over). Call it before the shard's lease can pass on.
+func (s *Supervisor) LoseShard(k int) {
+	s.shardMu.Lock()
+	had := s.held[k]
+	delete(s.held, k)
+	s.shardMu.Unlock()
+	s.mu.Lock()
+	var stopping []*entry
+	for key, e := range s.workers {
+		if ShardOf(key, s.opts.Shards) == k {
+			e.cancel(worker.ErrHandedOver)
+			stopping = append(stopping, e)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range stopping {
+		<-e.done
+	}
+	if had {
+		s.opts.Hooks.ShardLost(k)
+		s.log.Info("Shard lost; its workers stopped", "shard", k, "workers", len(stopping))
+	}
+}
