@@ -162,23 +162,31 @@ func (m *ShardManager) reconcile(ctx context.Context) {
 	m.mu.Lock()
 	running := len(m.electors)
 	m.mu.Unlock()
-	var free []int
+	var free, orphaned []int
 	for k := 0; k < m.cfg.Shards; k++ {
 		m.mu.Lock()
 		_, mine := m.electors[k]
 		m.mu.Unlock()
-		// A shard whose holder stopped renewing its replica lease is run
-		// for at once: client-go counts a lease duration from when it
-		// first observes the lease, so observing early makes the takeover
-		// happen one lease duration after the holder's last renewal.
-		if h := shardHolders[k]; !mine && (h == "" || suspect[h]) {
+		switch h := shardHolders[k]; {
+		case mine:
+		case h == "":
 			free = append(free, k)
+		case suspect[h]:
+			orphaned = append(orphaned, k)
 		}
 	}
 	m.sortByRank(free)
 	for i := 0; i < len(free) && running < quota; i++ {
 		m.startElector(ctx, free[i])
 		running++
+	}
+	// A shard whose holder stopped renewing its replica Lease is run for at
+	// once by every replica, whatever its quota: client-go counts a lease
+	// duration from when it first observes the Lease, so observing early
+	// makes the takeover come one lease duration after the holder's last
+	// renewal. A replica that ends up above its quota hands the extra over.
+	for _, k := range orphaned {
+		m.startElector(ctx, k)
 	}
 }
 
