@@ -314,7 +314,9 @@ func (m *ShardManager) startElector(ctx context.Context, k int) {
 		m.log.Error("Cannot build the shard elector", "shard", k, "error", err)
 		return
 	}
-	ectx, cancel := context.WithCancel(ctx)
+	// Only handOver and stopElector end an election: at shutdown the
+	// workers stop first, then the Lease is released (shutdown).
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	m.mu.Lock()
 	m.electors[k] = e

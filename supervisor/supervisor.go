@@ -94,12 +94,13 @@ type Supervisor struct {
 	bootstrapped atomic.Bool
 	gate         chan struct{}
 
-	mu      sync.Mutex
-	ctx     context.Context // Run's context, set before bootstrap ends
-	workers map[k8s.Key]*entry
-	shardMu sync.Mutex   // guards held; never held while taking mu
-	held    map[int]bool // shards held (unused when Options.Shards is 1)
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	ctx      context.Context // Run's context, set before bootstrap ends
+	workers  map[k8s.Key]*entry
+	stopping bool         // set once Run waits for its workers; no worker starts after
+	shardMu  sync.Mutex   // guards held; never held while taking mu
+	held     map[int]bool // shards held (unused when Options.Shards is 1)
+	wg       sync.WaitGroup
 }
 
 type entry struct {
@@ -138,7 +139,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.opts.Watcher.SetHandler(handler{s})
 	s.opts.Watcher.Start(ctx)
 	defer s.opts.Watcher.Wait()
-	defer s.wg.Wait()
+	defer s.waitWorkers()
 
 	start := s.opts.Clock.Now()
 	if !s.opts.Watcher.WaitForSync(ctx) {
@@ -295,12 +296,17 @@ func (s *Supervisor) changed(key k8s.Key) {
 		return
 	}
 	if s.ctx.Err() == nil && s.wants(key) {
-		s.startLocked(key, nil, false).Notify() // the event that made it counts as a change
+		if w := s.startLocked(key, nil, false); w != nil {
+			w.Notify() // the event that made it counts as a change
+		}
 	}
 }
 
 // startLocked starts the worker of key; s.mu is held.
 func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
+	if s.stopping {
+		return nil // Run is waiting for the workers: start no more
+	}
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	e := &entry{w: s.newWorker(key, owned, ownedKnown), cancel: cancel, done: make(chan struct{})}
 	s.workers[key] = e
@@ -463,3 +469,12 @@ func jitter(d time.Duration) time.Duration {
 
 // Selector returns the selection rules.
 func (s *Supervisor) Selector() Selector { return s.opts.Selector }
+
+// waitWorkers stops new workers from starting, then waits for every worker
+// goroutine (they end because Run's context is done).
+func (s *Supervisor) waitWorkers() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}

@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ type chartProfile struct {
 	name   string
 	values string // values file content
 	kinds  []string
+	shards int // the shards value (0: the default, 1)
 }
 
 var baseKinds = []string{"ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding", "Deployment"}
@@ -56,6 +59,10 @@ metrics:
   perWorker: top-50
   serviceMonitor: {enabled: true, labels: {release: kube-prometheus}, interval: 15s, scrapeTimeout: 5s}
 replicas: 2
+shards: 8
+leaseDuration: 20s
+leaseRenewDeadline: 12s
+leaseRetryPeriod: 3s
 shutdownTimeout: 20s
 terminationGracePeriodSeconds: 45
 resources:
@@ -75,7 +82,7 @@ affinity:
           labelSelector: {matchLabels: {app.kubernetes.io/name: fleetsync}}
 extraArgs: ["--informer-resync=10m"]
 extraEnv: [{name: GOMAXPROCS, value: "2"}]
-`, kinds: append(slices.Clone(baseKinds), "PodDisruptionBudget", "ServiceMonitor")},
+`, kinds: append(slices.Clone(baseKinds), "PodDisruptionBudget", "ServiceMonitor", "Role", "RoleBinding"), shards: 8},
 	{name: "ca-from-configmap", values: `
 clusterID: west
 consul:
@@ -83,6 +90,26 @@ consul:
   ca: {configMapName: consul-ca}
 serviceAccount: {name: custom-sa, annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::1:role/x"}}
 `, kinds: baseKinds},
+	// Three replicas splitting eight shards, default lease timing.
+	{name: "sharded", values: `
+clusterID: prod-eu-1
+consul:
+  address: consul-server.consul:8500
+replicas: 3
+shards: 8
+`, kinds: append(slices.Clone(baseKinds), "PodDisruptionBudget", "Role", "RoleBinding"), shards: 8},
+}
+
+// profile returns the chart profile called name.
+func profile(t *testing.T, name string) chartProfile {
+	t.Helper()
+	for _, p := range chartProfiles {
+		if p.name == name {
+			return p
+		}
+	}
+	t.Fatalf("no chart profile %q", name)
+	return chartProfile{}
 }
 
 func (p chartProfile) valuesFile(t *testing.T) string { return writeFile(t, p.name+".yaml", p.values) }
@@ -118,6 +145,12 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{"bad per-worker setting", "clusterID: prod\nconsul: {address: c:8500}\nmetrics: {perWorker: some}", "/metrics/perWorker"},
 		{"ServiceMonitor without Service", "clusterID: prod\nconsul: {address: c:8500}\nservice: {enabled: false}\nmetrics: {serviceMonitor: {enabled: true}}",
 			"needs service.enabled"},
+		// Replicas that would all sync everything.
+		{"replicas without shards", "clusterID: prod\nconsul: {address: c:8500}\nreplicas: 3", "replicas=3 needs shards > 1"},
+		{"replicas with one shard", "clusterID: prod\nconsul: {address: c:8500}\nreplicas: 2\nshards: 1", "replicas=2 needs shards > 1"},
+		{"zero shards", "clusterID: prod\nconsul: {address: c:8500}\nshards: 0", "/shards"},
+		{"too many shards", "clusterID: prod\nconsul: {address: c:8500}\nshards: 2000", "/shards"},
+		{"lease duration not a duration", "clusterID: prod\nconsul: {address: c:8500}\nreplicas: 2\nshards: 8\nleaseDuration: 15 seconds", "/leaseDuration"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -152,12 +185,14 @@ func TestHelmTemplate(t *testing.T) {
 				}
 			}
 			sa := checkRBAC(t, o, "fleetsync")
+			checkLeaseRBAC(t, o, "fleetsync", sa, p.shards > 1)
 			var d appsv1.Deployment
 			var svc corev1.Service
 			o.one(t, "Deployment", &d)
 			o.one(t, "Service", &svc)
 			checkPod(t, &d, sa, &svc)
-			if len(o.ofKind("PodDisruptionBudget")) > 0 {
+			checkChartSharding(t, &d, "fleetsync", p.shards)
+			if *d.Spec.Replicas > 1 {
 				checkPDB(t, o, &d)
 			}
 			// The daemon accepts every flag the chart passes: --version
@@ -169,6 +204,34 @@ func TestHelmTemplate(t *testing.T) {
 				t.Errorf("fleetsync %v --version: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// checkChartSharding asserts the flags of shards (0 or 1: none) in the
+// chart's Deployment d of namespace ns: --shards, the Leases in the release
+// namespace (where the Role is), the pod name as replica id; and that more
+// than one replica comes with more than one shard.
+func checkChartSharding(t *testing.T, d *appsv1.Deployment, ns string, shards int) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	if env := downwardEnv(c); env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("downward API variables %v: want POD_NAME (metadata.name) and POD_NAMESPACE (metadata.namespace)", env)
+	}
+	var got []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--shards=") || strings.HasPrefix(a, "--lease-namespace=") || strings.HasPrefix(a, "--replica-id=") {
+			got = append(got, a)
+		}
+	}
+	var want []string
+	if shards > 1 {
+		want = []string{fmt.Sprintf("--shards=%d", shards), "--lease-namespace=" + ns, "--replica-id=$(POD_NAME)"}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sharding flags %q, want %q", got, want)
+	}
+	if *d.Spec.Replicas > 1 && shards < 2 {
+		t.Errorf("%d replicas with %d shards: every replica would sync every Service", *d.Spec.Replicas, shards)
 	}
 }
 
@@ -185,7 +248,8 @@ func TestHelmTemplateValues(t *testing.T) {
 		"--window=250ms", "--service-prefix=k8s-", "--add-namespace-suffix=true", "--k8s-tag=", "--terminating=drop",
 		"--register-not-ready=true", "--consul-max-writes-per-second=50", "--consul-write-burst=20", "--consul-max-inflight=4",
 		"--metrics-per-worker=top-50", "--http-addr=:9090", "--shutdown-timeout=20s", "--log-level=debug", "--log-json=false",
-		"--informer-resync=10m"} {
+		"--shards=8", "--lease-namespace=fleetsync", "--replica-id=$(POD_NAME)", "--lease-duration=20s", "--lease-renew-deadline=12s",
+		"--lease-retry-period=3s", "--informer-resync=10m"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("args %q lack %q", c.Args, a)
 		}
@@ -230,6 +294,20 @@ func TestHelmTemplateValues(t *testing.T) {
 	if cm.Spec.Template.Spec.ServiceAccountName != "custom-sa" {
 		t.Errorf("serviceAccount.name ignored: %q", cm.Spec.Template.Spec.ServiceAccountName)
 	}
+
+	// Lease timing flags only when set.
+	var sh appsv1.Deployment
+	profile(t, "sharded").render(t, "fs", "fleetsync").one(t, "Deployment", &sh)
+	for _, a := range sh.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--lease-duration") || strings.HasPrefix(a, "--lease-renew-deadline") || strings.HasPrefix(a, "--lease-retry-period") {
+			t.Errorf("lease timing %q passed without a value set", a)
+		}
+	}
+	// rbac.create=false: no Role either.
+	norbac := chartProfile{name: "sharded-no-rbac", values: profile(t, "sharded").values + "rbac: {create: false}\n"}
+	if o := norbac.render(t, "fs", "fleetsync").only("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"); len(o) > 0 {
+		t.Errorf("rbac.create=false renders %v", o.kinds())
+	}
 }
 
 // TestHelmServerDryRun applies every profile's objects to the real API
@@ -245,7 +323,8 @@ func TestHelmServerDryRun(t *testing.T) {
 			path := writeFile(t, "rendered.yaml", helm(t, "template", "fs", chartDir, "--namespace", ns, "-f", p.valuesFile(t)))
 			out := kubectl(t, "apply", "--dry-run=server", "-f", path)
 			for _, k := range p.kinds {
-				if !strings.Contains(strings.ToLower(out), strings.ToLower(k)) {
+				// "role.rbac.authorization.k8s.io/fs-fleetsync created (server dry run)"
+				if !regexp.MustCompile(`(?m)^` + strings.ToLower(k) + `[./]`).MatchString(out) {
 					t.Errorf("kubectl apply output does not mention a %s:\n%s", k, out)
 				}
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,6 +151,15 @@ func checkPod(t *testing.T, d *appsv1.Deployment, sa string, svc *corev1.Service
 			t.Errorf("Service annotations %v: fleetsync's own Service must opt out of syncing", svc.Annotations)
 		}
 	}
+	// Every $(VAR) in the args is a variable of the container (else
+	// Kubernetes passes "$(VAR)" as is).
+	for _, a := range c.Args {
+		for _, m := range regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).FindAllStringSubmatch(a, -1) {
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == m[1] }) {
+				t.Errorf("arg %q refers to $(%s), which the container does not set", a, m[1])
+			}
+		}
+	}
 	// Every file a CONSUL_* variable names is on a mounted volume.
 	mounts := map[string]corev1.Volume{}
 	for _, m := range c.VolumeMounts {
@@ -239,12 +250,67 @@ func checkRBAC(t *testing.T, o objects, ns string) (sa string) {
 	return acc.Name
 }
 
-// checkPDB asserts a PodDisruptionBudget that keeps one pod of d.
+// wantLeaseRules is what the Role of a sharded install must grant: the
+// Lease calls of supervisor/leases.go and of client-go's leader election
+// (resourcelock.LeaseLock: get, create, update); no watch, no patch.
+var wantLeaseRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+}
+
+// checkLeaseRBAC asserts, when sharded, exactly one Role (wantLeaseRules)
+// and one RoleBinding of it to ServiceAccount ns/sa, both in namespace ns;
+// otherwise neither.
+func checkLeaseRBAC(t *testing.T, o objects, ns, sa string, sharded bool) {
+	t.Helper()
+	if !sharded {
+		if n := len(o.ofKind("Role")) + len(o.ofKind("RoleBinding")); n > 0 {
+			t.Errorf("%d Roles and RoleBindings without sharding, want none (have %v)", n, o.kinds())
+		}
+		return
+	}
+	var (
+		role rbacv1.Role
+		bind rbacv1.RoleBinding
+	)
+	o.one(t, "Role", &role)
+	o.one(t, "RoleBinding", &bind)
+	if got, want := fmt.Sprint(role.Rules), fmt.Sprint(wantLeaseRules); got != want {
+		t.Errorf("Role rules:\n got %s\nwant %s", got, want)
+	}
+	if role.Namespace != ns || bind.Namespace != ns {
+		t.Errorf("Role in namespace %q, RoleBinding in %q, want both in %q", role.Namespace, bind.Namespace, ns)
+	}
+	if bind.RoleRef.Kind != "Role" || bind.RoleRef.Name != role.Name {
+		t.Errorf("RoleBinding roleRef %+v, want Role %s", bind.RoleRef, role.Name)
+	}
+	if len(bind.Subjects) != 1 || bind.Subjects[0].Kind != "ServiceAccount" || bind.Subjects[0].Name != sa || bind.Subjects[0].Namespace != ns {
+		t.Errorf("RoleBinding subjects %+v, want ServiceAccount %s/%s", bind.Subjects, ns, sa)
+	}
+}
+
+// checkPDB asserts a PodDisruptionBudget that lets one pod of d go at a
+// time.
 func checkPDB(t *testing.T, o objects, d *appsv1.Deployment) {
 	t.Helper()
 	var pdb policyv1.PodDisruptionBudget
 	o.one(t, "PodDisruptionBudget", &pdb)
-	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
-		t.Errorf("PodDisruptionBudget spec %+v: want minAvailable 1 selecting the pods", pdb.Spec)
+	if pdb.Spec.MinAvailable != nil || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.String() != "1" ||
+		pdb.Spec.Selector == nil || !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("PodDisruptionBudget spec %+v: want maxUnavailable 1 selecting the pods", pdb.Spec)
 	}
+	if pdb.Namespace != d.Namespace {
+		t.Errorf("PodDisruptionBudget in namespace %q, the Deployment in %q", pdb.Namespace, d.Namespace)
+	}
+}
+
+// downwardEnv maps each variable of c set from the downward API to its
+// field path.
+func downwardEnv(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			out[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	return out
 }

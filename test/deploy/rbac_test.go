@@ -2,14 +2,17 @@ package deploy
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -34,34 +37,9 @@ func TestChartRBACIsSufficient(t *testing.T) {
 	createNamespace(t, ns)
 	createNamespace(t, appNS)
 
-	o := chartProfiles[0].render(t, rel, ns)
-	sa := checkRBAC(t, o, ns)
-	kubectl(t, "apply", "-f", writeFile(t, "rbac.yaml", o.only("ServiceAccount", "ClusterRole", "ClusterRoleBinding").yaml(t)))
-	t.Cleanup(func() {
-		_ = runCmd(t, filepath.Join(tools, "kubectl"), "--kubeconfig", kube.KubeconfigPath, "delete", "clusterrole,clusterrolebinding", rel+"-fleetsync")
-	})
-
-	checkAccess(t, ns, sa, appNS)
-
-	tok, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	must(t, err)
-	kubeconfig := writeFile(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: test
-  context: {cluster: test, user: %s}
-current-context: test
-`, kube.URL, base64.StdEncoding.EncodeToString(kube.CAPEM), sa, tok.Status.Token, sa))
+	_, sa := installChartRBAC(t, chartProfiles[0], rel, ns)
+	checkAccess(t, ns, sa, appNS, false)
+	kubeconfig := saKubeconfig(t, ns, sa)
 
 	d, err := fixture.StartDaemon(ctx, fixture.DaemonConfig{ClusterID: cluster, Kubeconfig: kubeconfig, ConsulAddr: consul.Addr,
 		Namespaces: []string{appNS}, Name: "fleetsync-rbac"})
@@ -112,6 +90,187 @@ current-context: test
 	}
 }
 
+// TestChartShardedRBACIsSufficient is TestChartRBACIsSufficient for a
+// sharded install: with the chart's ServiceAccount, ClusterRole and Lease
+// Role, two daemons (replicas a and b, --shards=4, the Leases in the
+// release namespace as the chart's Deployment says) split the four shards
+// between them, a Service syncs into Consul from the one replica that holds
+// its shard, both stop on SIGTERM deleting their replica Leases, and
+// neither was ever forbidden anything.
+func TestChartShardedRBACIsSufficient(t *testing.T) {
+	needStack(t)
+	consul := stack.ConsulT(t)
+	ctx, c := t.Context(), kube.Client
+	rel, ns, appNS, cluster := uniq("rbac-sharded"), uniq("fleetsync-sharded"), uniq("app"), uniq("sharded")
+	createNamespace(t, ns)
+	createNamespace(t, appNS)
+
+	o, sa := installChartRBAC(t, profile(t, "sharded"), rel, ns)
+	var dep appsv1.Deployment
+	o.one(t, "Deployment", &dep)
+	leaseNS := "--lease-namespace=" + ns
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, leaseNS) {
+		t.Fatalf("the chart's Deployment args %q lack %s", args, leaseNS)
+	}
+	checkAccess(t, ns, sa, appNS, true)
+	kubeconfig := saKubeconfig(t, ns, sa)
+
+	const shards = 4
+	ids := []string{"a", "b"}
+	daemons := map[string]*fixture.Daemon{}
+	for _, id := range ids {
+		d, err := fixture.StartDaemon(ctx, fixture.DaemonConfig{ClusterID: cluster, Kubeconfig: kubeconfig, ConsulAddr: consul.Addr,
+			Namespaces: []string{appNS}, Name: "fleetsync-sharded-" + id,
+			Args: []string{fmt.Sprintf("--shards=%d", shards), leaseNS, "--replica-id=" + id}})
+		must(t, err)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("fleetsync %s log tail:\n%s", id, d.LogTail(60))
+			}
+			_ = d.Close()
+		})
+		daemons[id] = d
+	}
+
+	// Each holds some shards, together all four, none twice.
+	var holder map[int]string // shard -> replica
+	eventually(t, 60*time.Second, "replicas a and b split the shards", func() error {
+		holder = map[int]string{}
+		for _, id := range ids {
+			code, body, err := daemons[id].Get(ctx, "/debug/shards", "")
+			if err != nil {
+				return err
+			}
+			var st struct {
+				Shards int   `json:"shards"`
+				Held   []int `json:"held"`
+			}
+			if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+				return fmt.Errorf("%s: GET /debug/shards: %d %s (%v)", id, code, body, err)
+			}
+			if st.Shards != shards || len(st.Held) == 0 {
+				return fmt.Errorf("%s: %s, want %d shards and some held", id, body, shards)
+			}
+			for _, k := range st.Held {
+				if other, ok := holder[k]; ok || k < 0 || k >= shards {
+					return fmt.Errorf("shard %d held by %s and %q", k, id, other)
+				}
+				holder[k] = id
+			}
+		}
+		if len(holder) != shards {
+			return fmt.Errorf("shards held %v, want all %d", holder, shards)
+		}
+		return nil
+	})
+
+	ports := map[string]int32{"http": 8080}
+	optIn := map[string]string{"consul.hashicorp.com/service-sync": "true"}
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "web", optIn, ports)))
+	must(t, fixture.ApplySlice(ctx, c, fixture.Slice(appNS, "web", "web-1", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(7, 0, 2))))
+	eventually(t, 20*time.Second, "web synced into Consul", func() error {
+		ins, err := fixture.Instances(consul.Client, "web", "k8s-"+cluster)
+		if err != nil {
+			return err
+		}
+		if k := fixture.Keys(ins, true); k != "10.7.0.1:8080=passing,10.7.0.2:8080=passing" {
+			return fmt.Errorf("have %q", k)
+		}
+		return nil
+	})
+	// Only the holder of its shard runs a worker for it.
+	var workers []string
+	for _, id := range ids {
+		code, body, err := daemons[id].Get(ctx, "/debug/workers/"+appNS+"/web", "")
+		must(t, err)
+		switch code {
+		case 200:
+			workers = append(workers, id)
+		case 404:
+		default:
+			t.Errorf("%s: GET /debug/workers/%s/web: %d %s", id, appNS, code, body)
+		}
+	}
+	if len(workers) != 1 {
+		t.Errorf("replicas %v run a worker for web, want exactly one (shards held: %v)", workers, holder)
+	}
+
+	// On SIGTERM each replica releases its shards and deletes its replica
+	// Lease (the delete verb); the shard Leases stay.
+	logs := map[string][]byte{}
+	for _, id := range ids {
+		err := daemons[id].Terminate()
+		log, rerr := os.ReadFile(daemons[id].LogPath)
+		must(t, rerr)
+		logs[id] = log
+		if err != nil {
+			t.Errorf("fleetsync %s on SIGTERM: %v", id, err)
+		}
+	}
+	leases, err := c.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: "fleetsync.io/cluster=" + cluster})
+	must(t, err)
+	var names []string
+	for _, l := range leases.Items {
+		names = append(names, l.Name)
+		if l.Labels["fleetsync.io/role"] == "replica" {
+			t.Errorf("replica Lease %s left behind after SIGTERM", l.Name)
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" {
+			t.Errorf("shard Lease %s still held by %q after SIGTERM: it was not released", l.Name, h)
+		}
+	}
+	if len(names) != shards {
+		t.Errorf("Leases %v: want the %d shard Leases", names, shards)
+	}
+
+	for _, id := range ids {
+		if m := regexp.MustCompile(`(?i).*forbidden.*`).Find(logs[id]); m != nil {
+			t.Errorf("fleetsync %s was forbidden something: %s", id, m)
+		}
+	}
+}
+
+// installChartRBAC renders profile p for release rel in namespace ns,
+// creates its ServiceAccount and RBAC objects (cluster-wide and, when
+// sharded, the Lease Role) in the API server, and returns the rendered
+// objects and the ServiceAccount's name.
+func installChartRBAC(t *testing.T, p chartProfile, rel, ns string) (objects, string) {
+	t.Helper()
+	o := p.render(t, rel, ns)
+	sa := checkRBAC(t, o, ns)
+	checkLeaseRBAC(t, o, ns, sa, p.shards > 1)
+	kubectl(t, "apply", "-f", writeFile(t, "rbac.yaml", o.only("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding").yaml(t)))
+	t.Cleanup(func() {
+		_ = runCmd(t, filepath.Join(tools, "kubectl"), "--kubeconfig", kube.KubeconfigPath, "delete", "clusterrole,clusterrolebinding", rel+"-fleetsync")
+	})
+	return o, sa
+}
+
+// saKubeconfig mints a token for ServiceAccount ns/sa (TokenRequest) and
+// writes a kubeconfig that authenticates with it alone.
+func saKubeconfig(t *testing.T, ns, sa string) string {
+	t.Helper()
+	tok, err := kube.Client.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	must(t, err)
+	return writeFile(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: %s
+  user:
+    token: %s
+contexts:
+- name: test
+  context: {cluster: test, user: %s}
+current-context: test
+`, kube.URL, base64.StdEncoding.EncodeToString(kube.CAPEM), sa, tok.Status.Token, sa))
+}
+
 // waitEventCount waits for fleetsync's InvalidAnnotation Event about
 // Service name to have count n.
 func waitEventCount(t *testing.T, ns, name string, n int32) {
@@ -133,8 +292,9 @@ func waitEventCount(t *testing.T, ns, name string, n int32) {
 }
 
 // checkAccess asks the API server (SubjectAccessReview) what the
-// ServiceAccount may do: exactly the daemon's needs.
-func checkAccess(t *testing.T, ns, sa, appNS string) {
+// ServiceAccount may do: exactly the daemon's needs, Leases in its own
+// namespace only when sharded.
+func checkAccess(t *testing.T, ns, sa, appNS string, sharded bool) {
 	t.Helper()
 	user := "system:serviceaccount:" + ns + ":" + sa
 	cases := []struct {
@@ -159,7 +319,18 @@ func checkAccess(t *testing.T, ns, sa, appNS string) {
 		{"get", "", "namespaces", "", "default", false},
 		{"list", "", "namespaces", "", "", false},
 		{"delete", "", "events", appNS, "", false},
-		{"create", "coordination.k8s.io", "leases", ns, "", false},
+
+		{"get", "coordination.k8s.io", "leases", ns, "", sharded},
+		{"list", "coordination.k8s.io", "leases", ns, "", sharded},
+		{"create", "coordination.k8s.io", "leases", ns, "", sharded},
+		{"update", "coordination.k8s.io", "leases", ns, "", sharded},
+		{"delete", "coordination.k8s.io", "leases", ns, "", sharded},
+		{"watch", "coordination.k8s.io", "leases", ns, "", false},
+		{"patch", "coordination.k8s.io", "leases", ns, "", false},
+		{"deletecollection", "coordination.k8s.io", "leases", ns, "", false},
+		{"create", "coordination.k8s.io", "leases", appNS, "", false},
+		{"list", "coordination.k8s.io", "leases", "", "", false},
+		{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
 	}
 	for _, c := range cases {
 		r, err := kube.Client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authzv1.SubjectAccessReview{

@@ -26,6 +26,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* Whether the replicas split the Services through shard Leases. */}}
+{{- define "fleetsync.sharded" -}}
+{{- if gt (int .Values.shards) 1 }}true{{ end -}}
+{{- end -}}
+
 {{- define "fleetsync.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "fleetsync.fullname" .) .Values.serviceAccount.name -}}
@@ -43,5 +48,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := required "consul.address is required: the Consul HTTP API, host:port or https://host:port" .Values.consul.address -}}
 {{- if and .Values.consul.ca.secretName .Values.consul.ca.configMapName -}}
 {{- fail "consul.ca: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (le (int .Values.shards) 1) -}}
+{{- fail (printf "replicas=%d needs shards > 1: with shards 1 every replica syncs every Service (hot standbys that all write); set shards >= replicas so that they split the Services (e.g. shards=%d), or replicas=1" (int .Values.replicas) (mul 4 (int .Values.replicas))) -}}
 {{- end -}}
 {{- end -}}

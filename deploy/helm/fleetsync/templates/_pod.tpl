@@ -18,15 +18,39 @@
 - {{ print "--shutdown-timeout=" .Values.shutdownTimeout | toJson }}
 - {{ print "--log-level=" .Values.log.level | toJson }}
 - {{ print "--log-json=" .Values.log.json | toJson }}
+{{- if include "fleetsync.sharded" . }}
+- {{ print "--shards=" (int .Values.shards) | toJson }}
+- {{ print "--lease-namespace=" .Release.Namespace | toJson }}
+- "--replica-id=$(POD_NAME)"
+{{- with .Values.leaseDuration }}
+- {{ print "--lease-duration=" . | toJson }}
+{{- end }}
+{{- with .Values.leaseRenewDeadline }}
+- {{ print "--lease-renew-deadline=" . | toJson }}
+{{- end }}
+{{- with .Values.leaseRetryPeriod }}
+- {{ print "--lease-retry-period=" . | toJson }}
+{{- end }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | toJson }}
 {{- end }}
 {{- end -}}
 
-{{/* Consul's own variables: the address, and the mounted token, CA and
-client cert. Variables rather than flags, so that `fleetsync status` and
-`purge` run in the pod (kubectl exec) reach the same Consul. */}}
+{{/* The pod's name (the replica id in the shard Leases, --replica-id) and
+namespace (the daemon's default lease namespace), then Consul's own
+variables: the address, and the mounted token, CA and client cert.
+Variables rather than flags, so that `fleetsync status` and `purge` run in
+the pod (kubectl exec) reach the same Consul. */}}
 {{- define "fleetsync.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
