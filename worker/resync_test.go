@@ -2,8 +2,10 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
@@ -97,5 +99,32 @@ func TestAntiEntropyLeavesUnmarkedEntriesAlone(t *testing.T) {
 	}
 	if got := h.store.instances()[0]; len(got.Tags) != 1 || got.Tags[0] != "hijacked" {
 		t.Fatalf("unmarked entry was modified: %+v", got)
+	}
+}
+
+// TestRetryAfterUnreachableRereads: after a flush failed for want of an
+// answer, the retry re-reads Consul first, so instances lost while Consul
+// was away (it came back empty) are registered again, not only the change.
+func TestRetryAfterUnreachableRereads(t *testing.T) {
+	var ns *nameStore
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		ns = &nameStore{fakeStore: h.store}
+		o.Store = ns
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	h.store.failNext(1, errors.New("dial tcp 127.0.0.1:8500: connect: connection refused"))
+	h.clk.Step(W)
+	h.notify(addEndpoint(epB))
+	wantChange(t, h.apply(), "+10.0.0.2:8080") // the attempt that fails
+	if f := h.flush(); f.Err == nil {
+		t.Fatal("flush did not fail")
+	}
+	h.store.remove(h.store.instances()[0].ID) // Consul came back empty
+	h.awaitTimer()
+	h.clk.Step(30 * time.Second) // past any backoff
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+	if ns.reads() == 0 {
+		t.Error("the retry did not re-read Consul")
 	}
 }

@@ -279,6 +279,13 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 		if since != 0 {
 			w.pendingSince.CompareAndSwap(0, since)
 		}
+		if unreachable(err) && ctx.Err() == nil {
+			// Consul may come back without its data (a restarted dev
+			// agent, a restored snapshot): the retry re-reads what is
+			// there before it diffs, or instances the cache believes
+			// registered would stay missing until the next periodic pass.
+			w.resyncDue = true
+		}
 	}
 	w.record(ctx, now, since, coalesced, res, err, s)
 	return err == nil && res.finished
@@ -519,4 +526,11 @@ func (s *scheduler) state() State {
 		return StateBackingOff
 	}
 	return StatePending
+}
+
+// unreachable reports whether a flush failed for want of an answer from
+// Consul, rather than because Consul refused the change.
+func unreachable(err error) bool {
+	var pe *PanicError
+	return !errors.Is(err, consul.ErrConflict) && !errors.Is(err, consul.ErrRefused) && !errors.As(err, &pe)
 }

@@ -38,7 +38,7 @@ func (r *replicaSet) live() map[string]*fixture.Daemon {
 	defer r.mu.Unlock()
 	out := map[string]*fixture.Daemon{}
 	for id, d := range r.ds {
-		if !d.Exited() {
+		if d.Running() {
 			out[id] = d
 		}
 	}

@@ -203,7 +203,7 @@ func startKubeOnce(ctx context.Context, etcdBin, apiBin string, opts KubeOptions
 		"--service-account-issuer=" + k.URL,
 		"--service-account-key-file=" + filepath.Join(dir, "service-account.key"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "service-account.key"),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=10.96.0.0/16", // room for the thousands of Services tests and benchmarks create
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		// No controller-manager runs, so no default ServiceAccount would
