@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// countNames returns how many Consul service names start with prefix, with
+// the catalog index; waitIndex > 0 makes it a blocking query.
+func (b *bench) countNames(prefix string, waitIndex uint64, wait time.Duration) (int, uint64, error) {
+	q := (&consulapi.QueryOptions{WaitIndex: waitIndex, WaitTime: wait}).WithContext(b.ctx)
+	m, meta, err := b.consul.Client.Catalog().Services(q)
+	if err != nil {
+		return 0, 0, fmt.Errorf("consul /v1/catalog/services: %w", err)
+	}
+	n := 0
+	for name := range m {
+		if strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n, meta.LastIndex, nil
+}
+
+// waitNames waits until at least n service names with prefix are in Consul
+// and returns when that was first seen. Each Service of at most 63
+// endpoints is written as one transaction (node op + a service and a check
+// op per instance, at most 128 ops), so a name appears with all of its
+// instances at once. Queries block on the catalog index and are at least
+// every apart, so that polling does not load Consul.
+func (b *bench) waitNames(prefix string, n int, every, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	lastLog := time.Now()
+	var index uint64
+	for {
+		t0 := time.Now()
+		got, idx, err := b.countNames(prefix, index, 5*time.Second)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if got >= n {
+			return time.Now(), nil
+		}
+		if idx < index {
+			idx = 0
+		}
+		index = idx
+		if time.Since(lastLog) > 10*time.Second {
+			b.logf("  ... %d of %d services in Consul", got, n)
+			lastLog = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("only %d of %d services %s* in Consul after %s", got, n, prefix, timeout)
+		}
+		if b.daemon != nil && b.daemon.Exited() {
+			return time.Time{}, fmt.Errorf("fleetsync exited:\n%s", indent(b.daemon.LogTail(30)))
+		}
+		if err := sleep(b.ctx, every-time.Since(t0)); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// nodeState reads every instance on node whose service name starts with
+// prefix: service name -> sorted "address:port" list, and the total.
+func (b *bench) nodeState(node, prefix string) (map[string][]string, int, error) {
+	q := (&consulapi.QueryOptions{}).WithContext(b.ctx)
+	list, _, err := b.consul.Client.Catalog().NodeServiceList(node, q)
+	if err != nil {
+		return nil, 0, fmt.Errorf("consul /v1/catalog/node-services/%s: %w", node, err)
+	}
+	out := map[string][]string{}
+	total := 0
+	if list == nil {
+		return out, 0, nil
+	}
+	for _, s := range list.Services {
+		if !strings.HasPrefix(s.Service, prefix) {
+			continue
+		}
+		out[s.Service] = append(out[s.Service], fmt.Sprintf("%s:%d", s.Address, s.Port))
+		total++
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out, total, nil
+}
+
+// serviceAddrs reads the instances of one Consul service on our node: the
+// sorted addresses and the index, blocking when waitIndex > 0.
+func (b *bench) serviceAddrs(name string, waitIndex uint64, wait time.Duration) ([]string, uint64, error) {
+	q := (&consulapi.QueryOptions{WaitIndex: waitIndex, WaitTime: wait, Filter: fmt.Sprintf("Node == %q", ourNode)}).WithContext(b.ctx)
+	entries, meta, err := b.consul.Client.Catalog().Service(name, "", q)
+	if err != nil {
+		return nil, 0, fmt.Errorf("consul /v1/catalog/service/%s: %w", name, err)
+	}
+	addrs := make([]string, 0, len(entries))
+	for _, e := range entries {
+		addrs = append(addrs, e.ServiceAddress)
+	}
+	sort.Strings(addrs)
+	return addrs, meta.LastIndex, nil
+}
+
+// waitServiceAddrs waits, with blocking queries, until service name holds
+// exactly want (sorted addresses) and returns when it was seen.
+func (b *bench) waitServiceAddrs(name string, want []string, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	var index uint64
+	for {
+		got, idx, err := b.serviceAddrs(name, index, time.Second)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if equalStrings(got, want) {
+			return time.Now(), nil
+		}
+		if idx < index {
+			idx = 0
+		}
+		index = idx
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("service %s: %d instances, not the %d wanted, after %s", name, len(got), len(want), timeout)
+		}
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

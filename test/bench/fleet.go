@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+)
+
+// coldResult is one cold start: fleetsync started against a Consul holding
+// nothing of its cluster, with every Service already in the API server.
+type coldResult struct {
+	services, endpoints int
+	toAll               time.Duration // spawn -> every instance in Consul
+	toReady             time.Duration // spawn -> /readyz 200
+	writes              consulWrites  // Raft applies from spawn until quiet
+	txns                float64       // transactions fleetsync says it committed
+	peakRSS             float64       // VmHWM once converged
+}
+
+// coldRun starts a daemon over namespaces and waits until Consul holds n
+// Services (names starting with prefix) of e instances each.
+func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e int) (coldResult, error) {
+	r := coldResult{services: n, endpoints: e}
+	if _, err := b.quietApplies(2 * time.Second); err != nil {
+		return r, err
+	}
+	base, err := b.consulWrites()
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	d, err := b.startDaemon(name, namespaces)
+	if err != nil {
+		return r, err
+	}
+	type readiness struct {
+		at  time.Time
+		err error
+	}
+	ready := make(chan readiness, 1)
+	go func() {
+		at, err := waitReady(b.ctx, d, 10*time.Minute)
+		ready <- readiness{at, err}
+	}()
+	every := 100 * time.Millisecond
+	if n > 2000 {
+		every = 250 * time.Millisecond
+	}
+	seen, err := b.waitNames(prefix, n, every, 90*time.Minute)
+	if err != nil {
+		return r, err
+	}
+	// Names appear with all their instances (one transaction each); check
+	// the count once, and keep looking if it is short.
+	for {
+		_, total, err := b.nodeState(ourNode, prefix)
+		if err != nil {
+			return r, err
+		}
+		if total == n*e {
+			break
+		}
+		if time.Since(seen) > 2*time.Minute {
+			return r, fmt.Errorf("%d of %d instances in Consul 2 minutes after every service name appeared", total, n*e)
+		}
+		if err := sleep(b.ctx, 200*time.Millisecond); err != nil {
+			return r, err
+		}
+		seen = time.Now()
+	}
+	r.toAll = seen.Sub(start)
+	rd := <-ready
+	if rd.err != nil {
+		return r, rd.err
+	}
+	r.toReady = rd.at.Sub(start)
+	if _, err := b.quietApplies(2 * time.Second); err != nil {
+		return r, err
+	}
+	after, err := b.consulWrites()
+	if err != nil {
+		return r, err
+	}
+	r.writes = after.minus(base)
+	if _, hwm, err := memStatus(d.Pid()); err == nil {
+		r.peakRSS = hwm
+	}
+	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_consul_txn_duration_seconds_count")
+	if err != nil {
+		return r, err
+	}
+	r.txns = m["fleetsync_consul_txn_duration_seconds_count"]
+	b.converged = true
+	return r, nil
+}
+
+func (b *bench) recordCold(r coldResult, label string) {
+	inst := float64(r.services * r.endpoints)
+	sc := "cold-start"
+	b.res.add(sc, fmt.Sprintf("%s: time to all %s instances in Consul", label, formatValue(inst)), secs(r.toAll), "s", "daemon spawn -> last instance seen")
+	b.res.add(sc, label+": time to /readyz 200", secs(r.toReady), "s", "informers synced + owned state read")
+	w := r.writes
+	b.res.add(sc, label+": Raft applies used", w.total, "applies", fmt.Sprintf("%s; fleetsync counted %.0f transactions", w.breakdown(), r.txns))
+	b.res.add(sc, label+": Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", "mean of consul_fsm_txn; one transaction per Service here")
+	b.res.add(sc, label+": instances per second", math.Round(inst/r.toAll.Seconds()), "instances/s", "")
+	b.res.add(sc, label+": peak RSS of fleetsync", math.Round(r.peakRSS/mib*10)/10, "MiB", "VmHWM")
+}
+
+// ensureFleet makes sure the main daemon runs over the Services of benchNS
+// and has them all in Consul, starting it (a cold start, not recorded) if
+// an earlier scenario did not.
+func (b *bench) ensureFleet() error {
+	if b.daemon != nil && b.converged {
+		return nil
+	}
+	b.stopDaemon()
+	if err := b.populate(b.opts.services, b.opts.endpoints); err != nil {
+		return err
+	}
+	b.logf("starting fleetsync over %d Services", b.opts.services)
+	r, err := b.coldRun("fleetsync", []string{benchNS, rolloutNS}, svcPrefix, b.opts.services, b.opts.endpoints)
+	if err != nil {
+		return err
+	}
+	b.logf("converged in %s", r.toAll.Round(time.Millisecond))
+	return nil
+}
+
+// coldStart: first the size consul-k8s was measured at (200 x 5), then the
+// benchmark's size, each into an empty Consul.
+func (b *bench) coldStart() error {
+	fmt.Println("\n== cold start: Services + EndpointSlices in the API server, fleetsync started against an empty Consul")
+	if err := b.compareColdStart(); err != nil {
+		return err
+	}
+	if err := b.populate(b.opts.services, b.opts.endpoints); err != nil {
+		return err
+	}
+	r, err := b.coldRun("fleetsync", []string{benchNS, rolloutNS}, svcPrefix, b.opts.services, b.opts.endpoints)
+	if err != nil {
+		return err
+	}
+	b.logf("daemon: fleetsync %s", daemonArgs(b.daemon))
+	b.recordCold(r, fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints))
+	return nil
+}
+
+// compareColdStart times 200 Services x 5 endpoints (the 1,000 instances
+// consul-k8s took 64.6 s for), then removes them and empties Consul.
+func (b *bench) compareColdStart() error {
+	const n, e = 200, 5
+	if err := fixture.Namespace(b.ctx, b.kc, compareNS); err != nil {
+		return err
+	}
+	name := func(i int) string { return fmt.Sprintf("cmp-%03d", i) }
+	start := time.Now()
+	if err := parallel(b.ctx, 0, n, func(ctx context.Context, i int) error {
+		_, err := createService(ctx, b.kc, benchService(compareNS, name(i), nil), ipBase(i), 0, e)
+		return err
+	}); err != nil {
+		return err
+	}
+	b.logf("created %d Services + slices (%d endpoints each) in %s", n, e, since(start))
+	r, err := b.coldRun("fleetsync-compare", []string{compareNS}, "cmp-", n, e)
+	if err != nil {
+		return err
+	}
+	b.recordCold(r, "200 x 5")
+	b.stopDaemon()
+	if err := parallel(b.ctx, 0, n, func(ctx context.Context, i int) error {
+		return deleteService(ctx, b.kc, compareNS, name(i))
+	}); err != nil {
+		return err
+	}
+	return b.restartConsul()
+}
+
+// idle: Raft applies and CPU while nothing changes.
+func (b *bench) idle() error {
+	fmt.Printf("\n== idle: nothing changes for %s\n", b.opts.idle)
+	if err := b.ensureFleet(); err != nil {
+		return err
+	}
+	return b.measureIdle(fmt.Sprintf("%s x %d", formatValue(float64(b.opts.services)), b.opts.endpoints), b.opts.idle)
+}
+
+func (b *bench) measureIdle(label string, d time.Duration) error {
+	a0, err := b.quietApplies(2 * time.Second)
+	if err != nil {
+		return err
+	}
+	pid := b.daemon.Pid()
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := sleep(b.ctx, d); err != nil {
+		return err
+	}
+	a1, err := b.applies()
+	if err != nil {
+		return err
+	}
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return err
+	}
+	el := time.Since(t0)
+	b.res.add("idle", label+": Raft applies while idle", a1-a0, "applies", fmt.Sprintf("over %s", el.Round(time.Second)))
+	b.res.add("idle", label+": Raft applies per minute", math.Round((a1-a0)/el.Minutes()*100)/100, "applies/min", "target 0")
+	b.res.add("idle", label+": fleetsync CPU time", math.Round((cpu1-cpu0)*100)/100, "s CPU", fmt.Sprintf("over %s, /proc/<pid>/stat", el.Round(time.Second)))
+	b.res.add("idle", label+": fleetsync CPU use", math.Round((cpu1-cpu0)/el.Seconds()*100*1000)/1000, "% of a core", "")
+	return nil
+}
+
+// memPoint is the daemon's memory at one size.
+type memPoint struct {
+	services   int
+	rss, heap  float64
+	goroutines float64
+}
+
+func (b *bench) memorySmall() error {
+	fmt.Println("\n== memory: RSS and Go heap of the converged, idle daemon")
+	if err := b.ensureFleet(); err != nil {
+		return err
+	}
+	return b.measureMemory(b.opts.services)
+}
+
+// measureMemory reads RSS from /proc first (before any scrape of /metrics
+// can add to it), then the Go heap in use from /metrics (least of three
+// scrapes: a scrape's own garbage may be counted).
+func (b *bench) measureMemory(services int) error {
+	pid := b.daemon.Pid()
+	rss, _, err := memStatus(pid)
+	if err != nil {
+		return err
+	}
+	heap, gor, stacks, retained := math.Inf(1), 0.0, 0.0, 0.0
+	var size int
+	var took time.Duration
+	for i := range 3 {
+		if i > 0 {
+			if err := sleep(b.ctx, time.Second); err != nil {
+				return err
+			}
+		}
+		m, n, d, err := scrape(b.ctx, b.daemon.HTTP, "go_memstats_heap_inuse_bytes", "go_goroutines",
+			"go_memstats_stack_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes")
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			size, took = n, d
+		}
+		if m["go_memstats_heap_inuse_bytes"] < heap {
+			heap, stacks = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
+			retained = m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"]
+		}
+		gor = m["go_goroutines"]
+	}
+	if b.opts.pprof {
+		path := filepath.Join(b.opts.out, fmt.Sprintf("heap-%d.pb.gz", services))
+		if err := saveURL(b.ctx, b.daemon.HTTP+"/debug/pprof/heap", path); err != nil {
+			return err
+		}
+		b.logf("heap profile: %s (go tool pprof -sample_index=inuse_space -top %s)", path, path)
+	}
+	p := memPoint{services: services, rss: rss, heap: heap, goroutines: gor}
+	b.mem = append(b.mem, p)
+	label := fmt.Sprintf("%s x %d", formatValue(float64(services)), b.opts.endpoints)
+	b.res.add("memory", label+": fleetsync RSS", math.Round(rss/mib*10)/10, "MiB", "VmRSS, target < 512 MiB at 10,000 x 10")
+	b.res.add("memory", label+": Go heap in use", math.Round(heap/mib*10)/10, "MiB", "go_memstats_heap_inuse_bytes")
+	b.res.add("memory", label+": goroutine stacks", math.Round(stacks/mib*10)/10, "MiB", fmt.Sprintf("%.0f goroutines", gor))
+	b.res.add("memory", label+": free heap kept by the Go runtime", math.Round(retained/mib*10)/10, "MiB", "heap idle - released: counted in RSS, not in use")
+	b.res.add("memory", label+": one /metrics scrape", math.Round(float64(size)/mib*100)/100, "MiB", fmt.Sprintf("took %s, --metrics-per-worker=all (default)", took.Round(time.Millisecond)))
+	return nil
+}
+
+// memoryLarge: a second cold start at --memory-large Services into an empty
+// Consul, idle, then memory; and the per-Service cost from the two points.
+func (b *bench) memoryLarge() error {
+	n := b.opts.memoryLarge
+	if n <= b.opts.services {
+		return nil
+	}
+	fmt.Printf("\n== memory at %s Services: a second cold start into an empty Consul\n", formatValue(float64(n)))
+	b.stopDaemon()
+	if err := b.restartConsul(); err != nil {
+		return err
+	}
+	if err := b.populate(n, b.opts.endpoints); err != nil {
+		return err
+	}
+	r, err := b.coldRun("fleetsync-large", []string{benchNS, rolloutNS}, svcPrefix, n, b.opts.endpoints)
+	if err != nil {
+		return err
+	}
+	label := fmt.Sprintf("%s x %d", formatValue(float64(n)), b.opts.endpoints)
+	b.recordCold(r, label)
+	if err := b.measureIdle(label, min(b.opts.idle, 30*time.Second)); err != nil {
+		return err
+	}
+	if err := b.measureMemory(n); err != nil {
+		return err
+	}
+	if len(b.mem) < 2 {
+		return nil
+	}
+	lo, hi := b.mem[0], b.mem[len(b.mem)-1]
+	dn := float64(hi.services - lo.services)
+	perRSS := (hi.rss - lo.rss) / dn
+	perHeap := (hi.heap - lo.heap) / dn
+	b.res.add("memory", fmt.Sprintf("per Service (x%d endpoints), RSS slope", b.opts.endpoints), math.Round(perRSS/1024*10)/10, "KiB", fmt.Sprintf("(RSS at %d - RSS at %d) / %d", hi.services, lo.services, int(dn)))
+	b.res.add("memory", fmt.Sprintf("per Service (x%d endpoints), heap slope", b.opts.endpoints), math.Round(perHeap/1024*10)/10, "KiB", "same, Go heap in use")
+	b.res.add("memory", "fixed RSS (intercept at 0 Services)", math.Round((lo.rss-perRSS*float64(lo.services))/mib*10)/10, "MiB", "")
+	proj := hi.rss + perRSS*float64(100000-hi.services)
+	b.res.add("memory", "projected RSS at 100,000 Services (linear)", math.Round(proj/mib), "MiB", "from the two points above")
+	return nil
+}
+
+// restart: fleetsync restarted (SIGTERM, start again) with nothing changed.
+func (b *bench) restart() error {
+	fmt.Println("\n== restart: SIGTERM and start again, nothing changed")
+	if err := b.ensureFleet(); err != nil {
+		return err
+	}
+	want := b.opts.services * b.opts.endpoints
+	if _, err := b.quietApplies(2 * time.Second); err != nil {
+		return err
+	}
+	a0, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	// Watch the instance count in Consul throughout.
+	watchCtx, stopWatch := context.WithCancel(b.ctx)
+	fewest := make(chan int, 1)
+	go func() {
+		least := math.MaxInt
+		for watchCtx.Err() == nil {
+			if _, total, err := b.nodeState(ourNode, svcPrefix); err == nil {
+				least = min(least, total)
+			}
+			_ = sleep(watchCtx, 250*time.Millisecond)
+		}
+		fewest <- least
+	}()
+	d := b.daemon
+	t0 := time.Now()
+	if err := d.Stop(); err != nil {
+		stopWatch()
+		return err
+	}
+	stopped := time.Now()
+	if err := d.Restart(b.ctx, false); err != nil { // the old process is gone: only starts
+		stopWatch()
+		return err
+	}
+	spawned := time.Now()
+	readyAt, err := waitReady(b.ctx, d, 5*time.Minute)
+	if err != nil {
+		stopWatch()
+		return err
+	}
+	// A write caused by the restart would come at once or a window later.
+	if err := sleep(b.ctx, 5*time.Second); err != nil {
+		stopWatch()
+		return err
+	}
+	stopWatch()
+	least := <-fewest
+	a1, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	w := a1.minus(a0)
+	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_fleet_instance_writes_total", "fleetsync_consul_txn_ops_total", "fleetsync_supervisor_owned_instances_at_bootstrap")
+	if err != nil {
+		return err
+	}
+	b.res.add("restart", "Raft applies caused by the restart", w.total, "applies", w.breakdown()+"; until 5 s after ready")
+	b.res.add("restart", "catalog writes caused by the restart", w.txn, "transactions", "target 0")
+	b.res.add("restart", "instances written by the new process", m["fleetsync_fleet_instance_writes_total"], "instances", "its own metric")
+	b.res.add("restart", "time to /readyz 200 after start", secs(readyAt.Sub(spawned)), "s", "")
+	b.res.add("restart", "graceful shutdown (SIGTERM to exit)", secs(stopped.Sub(t0)), "s", "")
+	b.res.add("restart", "fewest instances in Consul during the restart", float64(least), "instances", fmt.Sprintf("of %d; polled every 250 ms; any delete would also be a Raft apply", want))
+	b.res.add("restart", "owned instances found at bootstrap", m["fleetsync_supervisor_owned_instances_at_bootstrap"], "instances", "")
+	return nil
+}

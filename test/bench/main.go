@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// allScenarios in the order they run (the order matters: later scenarios
+// reuse the Services and the daemon earlier ones left).
+var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "inprocess"}
+
+// options are the command-line flags.
+type options struct {
+	services, endpoints int
+	scenarios           []string
+	quick               bool
+	out                 string
+
+	idle             time.Duration
+	latencySamples   int
+	churnServices    int
+	churnFor         time.Duration
+	churnBudget      float64
+	memoryLarge      int
+	inprocServices   int
+	inprocEndpoints  int
+	inprocShard      int
+	rolloutEndpoints int
+	keepLogs         bool
+	pprof            bool
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: go run ./test/bench [flags]\n\n"+
+			"Benchmarks fleetsync against a real kube-apiserver + etcd and Consul on loopback.\n"+
+			"Scenarios: %s.\n\nFlags:\n", strings.Join(allScenarios, ", "))
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.services, "services", 0, "Services for cold start, idle, memory, restart, latency (default 1000; 100 with --quick)")
+	fs.IntVar(&o.endpoints, "endpoints", 0, "ready endpoints per Service (default 10; 5 with --quick)")
+	scen := fs.String("scenarios", "all", "comma-separated scenarios to run: all, or any of "+strings.Join(allScenarios, ","))
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for a fast smoke run (100 x 5, 20 latency samples, 10 s churn, ...)")
+	fs.StringVar(&o.out, "out", "out/bench", "directory for results.json and the plots")
+	fs.DurationVar(&o.idle, "idle", 0, "idle measurement interval (default 60s; 10s with --quick)")
+	fs.IntVar(&o.latencySamples, "latency-samples", 0, "isolated changes to time (default 200; 20 with --quick)")
+	fs.IntVar(&o.churnServices, "churn-services", 0, "Services changing once per second in the churn scenario (default min(1000, --services))")
+	fs.DurationVar(&o.churnFor, "churn-duration", 0, "how long the churn lasts (default 60s; 10s with --quick)")
+	fs.Float64Var(&o.churnBudget, "churn-budget", 100, "--consul-max-writes-per-second of the churn scenario's daemon")
+	fs.IntVar(&o.memoryLarge, "memory-large", 0, "second memory point, in Services: a second cold start (default 2000; 500 with --quick; <= --services skips it; 10000 takes ~30 min, see docs/benchmarks.md)")
+	fs.IntVar(&o.inprocServices, "inprocess-services", 0, "Services of the in-process scenario (default 100000; 2000 with --quick)")
+	fs.IntVar(&o.inprocEndpoints, "inprocess-endpoints", 0, "endpoints per Service in the in-process scenario (default 1: Consul must hold them all)")
+	fs.IntVar(&o.inprocShard, "inprocess-shard", 1000, "Services per cluster id (Consul node) in the in-process scenario")
+	fs.IntVar(&o.rolloutEndpoints, "rollout-endpoints", 0, "endpoints of the rolled-out Service, replaced 25 every 500 ms (default 900; 200 with --quick)")
+	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof and save a heap profile at each memory point (<out>/heap-<services>.pb.gz)")
+	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	def := func(v *int, full, quick int) {
+		if *v <= 0 {
+			*v = full
+			if o.quick {
+				*v = quick
+			}
+		}
+	}
+	defDur := func(v *time.Duration, full, quick time.Duration) {
+		if *v <= 0 {
+			*v = full
+			if o.quick {
+				*v = quick
+			}
+		}
+	}
+	def(&o.services, 1000, 100)
+	def(&o.endpoints, 10, 5)
+	def(&o.latencySamples, 200, 20)
+	def(&o.memoryLarge, 2000, 500)
+	def(&o.inprocServices, 100000, 2000)
+	def(&o.inprocEndpoints, 1, 1)
+	def(&o.rolloutEndpoints, 900, 200)
+	def(&o.churnServices, min(1000, o.services), min(100, o.services))
+	defDur(&o.idle, 60*time.Second, 10*time.Second)
+	defDur(&o.churnFor, 60*time.Second, 10*time.Second)
+	if o.churnServices > o.services {
+		return o, fmt.Errorf("--churn-services=%d: at most --services (%d)", o.churnServices, o.services)
+	}
+	if o.inprocShard < 1 {
+		return o, fmt.Errorf("--inprocess-shard=%d: must be positive", o.inprocShard)
+	}
+	if o.rolloutEndpoints < 25 || o.rolloutEndpoints%25 != 0 {
+		return o, fmt.Errorf("--rollout-endpoints=%d: must be a positive multiple of 25", o.rolloutEndpoints)
+	}
+	if o.endpoints > 100 {
+		return o, fmt.Errorf("--endpoints=%d: at most 100 (one EndpointSlice per Service)", o.endpoints)
+	}
+	if *scen == "all" {
+		o.scenarios = allScenarios
+	} else {
+		for _, s := range strings.Split(*scen, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(allScenarios, s) {
+				return o, fmt.Errorf("--scenarios: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
+			}
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	return o, nil
+}
+
+func (o options) has(s string) bool { return slices.Contains(o.scenarios, s) }
+
+// needsKube reports whether any chosen scenario needs the API server.
+func (o options) needsKube() bool {
+	return slices.ContainsFunc(o.scenarios, func(s string) bool { return s != "inprocess" })
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once; the servers die with us (Pdeathsig)
+	if err := run(ctx, o); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "\nbench interrupted; everything it started is stopped")
+		} else {
+			fmt.Fprintf(os.Stderr, "\nbench failed: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) (err error) {
+	start := time.Now()
+	b := &bench{ctx: ctx, opts: o, res: newResults(o)}
+	defer func() {
+		b.teardown(err != nil && ctx.Err() == nil)
+		b.res.WallSeconds = time.Since(start).Seconds()
+		if werr := b.res.write(o.out); werr != nil {
+			err = errors.Join(err, werr)
+		} else {
+			fmt.Printf("\nresults: %s (wall time %s)\n", b.res.path(o.out), time.Since(start).Round(time.Second))
+		}
+	}()
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("fleetsync benchmark: %s\nsource: %s\n", b.res.Machine.summary(), b.res.Versions["fleetsync"])
+	fmt.Printf("scenarios: %s; %d Services x %d endpoints%s\n\n", strings.Join(o.scenarios, ","), o.services, o.endpoints,
+		map[bool]string{true: " (--quick)", false: ""}[o.quick])
+	if err := b.setup(); err != nil {
+		return err
+	}
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"cold-start", b.coldStart},
+		{"idle", b.idle},
+		{"memory", b.memorySmall},
+		{"restart", b.restart},
+		{"latency", b.latency},
+		{"rollout", b.rollout},
+		{"churn", b.churn},
+		{"memory", b.memoryLarge},
+		{"inprocess", b.inprocess},
+	}
+	for _, s := range steps {
+		if !o.has(s.name) {
+			continue
+		}
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return b.plots()
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The benchmark itself needs the servers; these cover its pure parts.
+
+func TestParseFlags(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(t *testing.T, o options)
+	}{
+		{name: "defaults", check: func(t *testing.T, o options) {
+			if o.services != 1000 || o.endpoints != 10 || o.latencySamples != 200 || o.churnServices != 1000 ||
+				o.churnFor != time.Minute || o.idle != time.Minute || o.rolloutEndpoints != 900 || o.inprocServices != 100000 ||
+				o.inprocEndpoints != 1 || len(o.scenarios) != len(allScenarios) || o.out != "out/bench" {
+				t.Errorf("defaults: %+v", o)
+			}
+		}},
+		{name: "quick", args: []string{"--quick"}, check: func(t *testing.T, o options) {
+			if o.services != 100 || o.endpoints != 5 || o.latencySamples != 20 || o.churnServices != 100 || o.churnFor != 10*time.Second {
+				t.Errorf("quick: %+v", o)
+			}
+		}},
+		{name: "explicit sizes win over quick", args: []string{"--quick", "--services=300", "--latency-samples=7"}, check: func(t *testing.T, o options) {
+			if o.services != 300 || o.latencySamples != 7 || o.churnServices != 100 {
+				t.Errorf("explicit: %+v", o)
+			}
+		}},
+		{name: "scenario list", args: []string{"--scenarios=latency, rollout"}, check: func(t *testing.T, o options) {
+			if !o.has("latency") || !o.has("rollout") || o.has("churn") || !o.needsKube() {
+				t.Errorf("scenarios: %v", o.scenarios)
+			}
+		}},
+		{name: "in-process only needs no API server", args: []string{"--scenarios=inprocess"}, check: func(t *testing.T, o options) {
+			if o.needsKube() {
+				t.Error("inprocess alone should not need the API server")
+			}
+		}},
+		{name: "unknown scenario", args: []string{"--scenarios=speed"}, wantErr: "unknown scenario"},
+		{name: "churn larger than the fleet", args: []string{"--services=10", "--churn-services=20"}, wantErr: "--churn-services"},
+		{name: "rollout not a multiple of 25", args: []string{"--rollout-endpoints=30"}, wantErr: "multiple of 25"},
+		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := parseFlags(c.args)
+			switch {
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("err = %v", err)
+			}
+			if c.check != nil {
+				c.check(t, o)
+			}
+		})
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	s := sortedCopy([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	for _, c := range []struct{ p, want float64 }{{50, 5}, {90, 9}, {99, 10}, {100, 10}, {0, 1}} {
+		if got := percentile(s, c.p); got != c.want {
+			t.Errorf("p%.0f = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentile(nil, 50); !math.IsNaN(got) {
+		t.Errorf("percentile of nothing = %v, want NaN", got)
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{0, "0"}, {1002, "1,002"}, {-1234567, "-1,234,567"}, {9836.4, "9,836.4"}, {13.625, "13.62"}, {0.0304, "0.0304"}} {
+		if got := formatValue(c.v); got != c.want {
+			t.Errorf("formatValue(%v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+func TestConsulWritesBreakdown(t *testing.T) {
+	w := consulWrites{total: 1005, txn: 1000, session: 1, kvs: 1}.minus(consulWrites{})
+	if got, want := w.breakdown(), "1000 catalog transactions + 2 session/KV (cluster-id claim) + 3 other"; got != want {
+		t.Errorf("breakdown = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100
+// on every Linux architecture Go supports).
+const userHZ = 100
+
+// cpuSeconds returns the user + system CPU time a process has used, from
+// /proc/<pid>/stat (fields 14 and 15).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed times", pid)
+	}
+	return (utime + stime) / userHZ, nil
+}
+
+// memStatus returns VmRSS and VmHWM (peak RSS) of a process, in bytes, from
+// /proc/<pid>/status.
+func memStatus(pid int) (rss, hwm float64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseFloat(fields[1], 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "VmRSS:":
+			rss = kb * 1024
+		case "VmHWM:":
+			hwm = kb * 1024
+		}
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	}
+	return rss, hwm, sc.Err()
+}
+
+// scrape fetches a daemon's /metrics and returns the samples of the named
+// metrics (summed over label sets), the body size and how long it took.
+func scrape(ctx context.Context, base string, names ...string) (map[string]float64, int, time.Duration, error) {
+	return scrapeURL(ctx, base+"/metrics", names...)
+}
+
+// scrapeURL is scrape for any Prometheus text endpoint.
+func scrapeURL(ctx context.Context, url string, names ...string) (map[string]float64, int, time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, 0, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	cr := &countingReader{r: resp.Body}
+	sc := bufio.NewScanner(cr)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		if !want[name] {
+			continue
+		}
+		// No timestamps in these expositions: the value is the last field.
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return out, cr.n, time.Since(start), nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+const mib = 1 << 20
+
+// consulWrites is Consul's count of Raft applies, in all and by kind (from
+// its FSM timers): catalog transactions (/v1/txn, what fleetsync's writes
+// are), sessions and KV (fleetsync's cluster-id claim), and the FSM time
+// spent applying transactions.
+type consulWrites struct {
+	total, txn, session, kvs float64
+	txnMillis                float64
+}
+
+func (b *bench) consulWrites() (consulWrites, error) {
+	m, _, _, err := scrapeURL(b.ctx, b.consul.HTTPAddr+"/v1/agent/metrics?format=prometheus",
+		"consul_raft_apply", "consul_fsm_txn_count", "consul_fsm_txn_sum", "consul_fsm_session_count", "consul_fsm_kvs_count")
+	if err != nil {
+		return consulWrites{}, err
+	}
+	return consulWrites{total: m["consul_raft_apply"], txn: m["consul_fsm_txn_count"], session: m["consul_fsm_session_count"],
+		kvs: m["consul_fsm_kvs_count"], txnMillis: m["consul_fsm_txn_sum"]}, nil
+}
+
+func (w consulWrites) minus(o consulWrites) consulWrites {
+	return consulWrites{total: w.total - o.total, txn: w.txn - o.txn, session: w.session - o.session,
+		kvs: w.kvs - o.kvs, txnMillis: w.txnMillis - o.txnMillis}
+}
+
+// breakdown says what the applies were.
+func (w consulWrites) breakdown() string {
+	s := fmt.Sprintf("%.0f catalog transactions", w.txn)
+	if w.session+w.kvs > 0 {
+		s += fmt.Sprintf(" + %.0f session/KV (cluster-id claim)", w.session+w.kvs)
+	}
+	if other := w.total - w.txn - w.session - w.kvs; other != 0 {
+		s += fmt.Sprintf(" + %.0f other", other)
+	}
+	return s
+}
+
+// saveURL writes the body of a GET to path.
+func saveURL(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
