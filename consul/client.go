@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"golang.org/x/sync/semaphore"
 )
 
 // ErrConflict is matched (errors.Is) by the error Apply returns when a CAS
@@ -60,6 +61,10 @@ func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResp
 type Options struct {
 	MaxOps   int // operations per transaction, node op included (default 128)
 	MaxBytes int // approximate body bytes per transaction (default 384 KiB)
+	// MaxReads bounds concurrent reads (anti-entropy passes of many
+	// workers, say); Consul refuses more than 200 connections per client
+	// by default. Default 32.
+	MaxReads int
 	// Budget limits the write rate and concurrency; nil: unlimited.
 	Budget *Budget
 	// Observe, when set, is called after every transaction with its op count,
@@ -74,6 +79,7 @@ type Client struct {
 	api   catalogAPI
 	owner Owner
 	opts  Options
+	reads *semaphore.Weighted // bounds concurrent reads (Options.MaxReads)
 }
 
 // NewClient returns a client writing on behalf of owner.
@@ -88,7 +94,10 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = defaultMaxBytes
 	}
-	return &Client{api: a, owner: owner, opts: opts}
+	if opts.MaxReads <= 0 {
+		opts.MaxReads = 32
+	}
+	return &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads))}
 }
 
 // ReadNode returns every instance on the owner's node, owned or not (callers
@@ -105,6 +114,10 @@ func (c *Client) ReadPrefix(ctx context.Context, prefix string) ([]Registered, e
 }
 
 func (c *Client) read(ctx context.Context, svcFilter, checkFilter string) ([]Registered, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer c.reads.Release(1)
 	node := c.owner.Node().Name
 	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(ctx)
 	list, _, err := c.api.NodeServiceList(node, q)
@@ -171,6 +184,10 @@ func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
 // node, owned or not, with their readiness checks: one index-backed read,
 // cheap enough for every worker's periodic anti-entropy pass.
 func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer c.reads.Release(1)
 	node := c.owner.Node().Name
 	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node.Node == %q", node)}).WithContext(ctx)
 	entries, _, err := c.api.HealthService(name, q)
