@@ -35,6 +35,7 @@ func TestWindowFoldsABurst(t *testing.T) {
 	final := fixture.IPs(7, 20, 4)
 	want := "10.7.0.21:80=passing,10.7.0.22:80=passing,10.7.0.23:80=passing,10.7.0.24:80=passing"
 	txns := map[string]float64{}
+	var tookW1 time.Duration
 	for _, window := range []string{"1s", "0s"} {
 		t.Run("window="+window, func(t *testing.T) {
 			e := newEnv(t)
@@ -51,11 +52,17 @@ func TestWindowFoldsABurst(t *testing.T) {
 			e.waitInstances("flappy", want)
 			time.Sleep(1500 * time.Millisecond) // a later window must not write more
 			txns[window] = catalogTxns(t) - before
+			if window == "1s" {
+				tookW1 = took
+			}
 			t.Logf("W=%s: 50 slice writes in %s -> %v Consul transactions", window, took.Round(time.Millisecond), txns[window])
 		})
 	}
-	if txns["1s"] > 3 {
-		t.Errorf("W=1s: %v transactions for 50 changes, want at most 3", txns["1s"])
+	// A leading-edge flush, then at most one per window while the burst
+	// lasts: 3 for a burst of at most 2 s (a slow API server can stretch
+	// the burst; the bound follows the measured duration).
+	if limit := float64(int(tookW1/time.Second) + 2); txns["1s"] > limit {
+		t.Errorf("W=1s: %v transactions for 50 changes in %s, want at most %v", txns["1s"], tookW1, limit)
 	}
 	if txns["0s"] < 3*txns["1s"] {
 		t.Errorf("W=0: %v transactions, want many more than W=1s (%v)", txns["0s"], txns["1s"])
