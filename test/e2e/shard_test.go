@@ -204,11 +204,28 @@ func TestShardsAcrossReplicas(t *testing.T) {
 	killed := time.Now()
 	must(t, rs.ds["r2"].Kill())
 	eventually(t, 40*time.Second, "r2's shards taken over", func() error {
-		return rs.snap(e.ctx).balanced(shards)
+		held := map[int]bool{}
+		for id, ks := range rs.snap(e.ctx).held {
+			if id == "r2" {
+				continue
+			}
+			for _, k := range ks {
+				held[k] = true
+			}
+		}
+		if len(held) != shards {
+			return fmt.Errorf("%d of %d shards held by live replicas", len(held), shards)
+		}
+		return nil
 	})
 	takeover := time.Since(killed)
+	eventually(t, 40*time.Second, "balanced after the kill", func() error {
+		return rs.snap(e.ctx).balanced(shards)
+	})
+	balancedAfter := time.Since(killed)
 	s = rs.snap(e.ctx)
-	t.Logf("kill -9 r2: shards taken over %s after the kill (lease duration 15s): %s", takeover.Round(100*time.Millisecond), s.counts())
+	t.Logf("kill -9 r2: every shard held by a live replica %s after the kill (lease duration 15s), balanced %s after: %s",
+		takeover.Round(100*time.Millisecond), balancedAfter.Round(100*time.Millisecond), s.counts())
 
 	// Rolling restart of the survivors, then r2 comes back.
 	for _, id := range []string{"r1", "r3"} {
