@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,7 +153,7 @@ func userTags(svc *k8s.Service, cfg Config) ([]string, error) {
 			return nil, annotationError(svc.Key.String(), AnnotationTags, v, err.Error())
 		}
 		for _, t := range parsed {
-			if !contains(tags, t) {
+			if !slices.Contains(tags, t) {
 				tags = append(tags, t)
 			}
 		}
@@ -268,15 +269,6 @@ func dedupe(in []consul.Instance) []consul.Instance {
 		out = append(out, x)
 	}
 	return out
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // IsAnnotationError reports whether err is an *AnnotationError.

@@ -158,29 +158,11 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
+var eventually = fixture.Eventually
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -336,7 +338,7 @@ func TestKill9MidChurnConverges(t *testing.T) {
 		for _, ep := range exp {
 			ks = append(ks, ep.IP+":80=passing")
 		}
-		e.waitInstancesWithin(name, sortedJoin(ks), 15*time.Second)
+		e.waitInstancesWithin(name, strings.Join(slices.Sorted(slices.Values(ks)), ","), 15*time.Second)
 	}
 	lost, foreign := g.finish()
 	// Writes during churn are all real changes: report lost/foreign only.
@@ -385,7 +387,7 @@ func TestDuplicateClusterIDIsRefused(t *testing.T) {
 	t.Cleanup(func() { _ = d.Close() })
 	werr := d.Wait()
 	var ee *exec.ExitError
-	if !errorsAs(werr, &ee) || ee.ExitCode() != 1 {
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("impostor exit: %v, want exit code 1", werr)
 	}
 	logTail := d.LogTail(5)
@@ -395,22 +397,4 @@ func TestDuplicateClusterIDIsRefused(t *testing.T) {
 			t.Errorf("refusal does not mention %q", s)
 		}
 	}
-}
-
-func sortedJoin(s []string) string {
-	c := append([]string(nil), s...)
-	for i := 1; i < len(c); i++ {
-		for j := i; j > 0 && c[j] < c[j-1]; j-- {
-			c[j], c[j-1] = c[j-1], c[j]
-		}
-	}
-	return strings.Join(c, ",")
-}
-
-func errorsAs(err error, target **exec.ExitError) bool {
-	ee, ok := err.(*exec.ExitError)
-	if ok {
-		*target = ee
-	}
-	return ok
 }

@@ -112,26 +112,6 @@ func (e *env) daemonFor(cluster string, namespaces []string, args ...string) *fi
 
 func (e *env) node() string { return "k8s-" + e.cluster }
 
-// eventually polls cond until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
-}
-
 // waitInstances waits until Consul service name on our node holds exactly
 // want ("addr:port=status,..." sorted, see fixture.Keys).
 func (e *env) waitInstances(name, want string) []fixture.Instance {
@@ -185,3 +165,5 @@ func claimWrites(t *testing.T) float64 {
 	}
 	return sum
 }
+
+var eventually = fixture.Eventually

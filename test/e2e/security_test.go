@@ -58,7 +58,7 @@ func TestTLSAndTokenRotation(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCA(t, dir)
-	httpsPort := freePortT(t)
+	httpsPort := fixture.FreePort(t)
 	const management = "f1e2d3c4-0000-4000-8000-00000000root"
 	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Token: management, ExtraArgs: []string{quietConsul,
 		fmt.Sprintf(`-hcl=ports { https = %d }`, httpsPort),
@@ -168,11 +168,3 @@ service_prefix "" { policy = "write" }
 session_prefix "" { policy = "write" }
 key_prefix "fleetsync/clusters/" { policy = "write" }
 `
-
-func freePortT(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
