@@ -13,9 +13,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
@@ -29,10 +34,13 @@ type ShardConfig struct {
 	Identity  string // this replica (a DNS subdomain name: the pod name)
 	Shards    int
 	// Lease timing (client-go leader election): a holder that cannot renew
-	// for RenewDeadline gives the shard up (its workers stop) at least
-	// LeaseDuration-RenewDeadline before anyone else can take it.
+	// for RenewDeadline gives the shard up (its workers stop) at the latest
+	// RetryPeriod+RenewDeadline after its last renewal; nobody takes a shard
+	// before its Lease went unchanged for LeaseDuration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Log                                       hclog.Logger
+	// Now is the clock of lease observations (default time.Now).
+	Now func() time.Time
 }
 
 // Validate checks the timing.
@@ -40,12 +48,24 @@ func (c ShardConfig) Validate() error {
 	if c.Shards < 2 {
 		return errors.New("shard leases need --shards of at least 2")
 	}
-	if !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
-		return fmt.Errorf("lease timing: need 0 < retry period (%s) < renew deadline (%s) < lease duration (%s)",
-			c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+	if err := ValidateLeaseTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod); err != nil {
+		return err
 	}
 	if c.Identity == "" || c.Namespace == "" {
 		return errors.New("shard leases need a replica id and a lease namespace")
+	}
+	return nil
+}
+
+// ValidateLeaseTiming checks 0 < retry < renew deadline and renew deadline
+// + retry < lease duration: a holder cut off from the API server stops its
+// workers RetryPeriod+RenewDeadline after its last renewal at the latest,
+// which must come before anyone can take the shard (LeaseDuration after the
+// last renewal was seen).
+func ValidateLeaseTiming(lease, renew, retry time.Duration) error {
+	if !(retry > 0 && retry < renew && renew+retry < lease) {
+		return fmt.Errorf("lease timing: need 0 < retry period (%s) < renew deadline (%s) and renew deadline + retry period < lease duration (%s)",
+			retry, renew, lease)
 	}
 	return nil
 }
@@ -66,7 +86,9 @@ func (c ShardConfig) replicaLease() string {
 // ShardManager holds at most ceil(shards / live replicas) shard Leases for
 // one replica and tells the supervisor which shards are its own. Kubernetes
 // Leases are the only coordination: a Lease per replica tells who is alive,
-// a Lease per shard who syncs it (client-go leader election).
+// a Lease per shard who syncs it (client-go leader election). All Leases of
+// the cluster are watched, so a released shard is taken at once and a dead
+// holder's shard one lease duration after its last renewal was seen.
 type ShardManager struct {
 	cfg ShardConfig
 	sup *Supervisor
@@ -74,6 +96,20 @@ type ShardManager struct {
 
 	mu       sync.Mutex
 	electors map[int]*elector
+
+	leases coordinationlisters.LeaseNamespaceLister
+	wake   chan struct{}
+	seenMu sync.Mutex
+	seen   map[string]sighting // Lease name -> its last change seen here
+}
+
+// sighting is when this replica last saw a Lease change, by its own clock
+// (client-go's rule: other replicas' clocks are not trusted).
+type sighting struct {
+	rv     string
+	spec   coordinationv1.LeaseSpec
+	holder string
+	at     time.Time
 }
 
 type elector struct {
@@ -96,14 +132,23 @@ func NewShardManager(cfg ShardConfig, sup *Supervisor) *ShardManager {
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
-	return &ShardManager{cfg: cfg, sup: sup, log: cfg.Log, electors: map[int]*elector{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &ShardManager{cfg: cfg, sup: sup, log: cfg.Log, electors: map[int]*elector{},
+		wake: make(chan struct{}, 1), seen: map[string]sighting{}}
 }
 
 // Run takes part in shard ownership until ctx is done. It starts once the
 // supervisor is bootstrapped; on the way out it stops the workers of every
 // shard it holds, then releases the shard Leases (so a rolling update hands
-// shards over within a retry period) and deletes its replica Lease.
+// shards over at once) and deletes its replica Lease.
 func (m *ShardManager) Run(ctx context.Context) {
+	stop, ok := m.watch(ctx)
+	defer stop()
+	if !ok {
+		return
+	}
 	tick := time.NewTicker(m.cfg.RetryPeriod)
 	defer tick.Stop()
 	for !m.sup.Bootstrapped() {
@@ -113,30 +158,117 @@ func (m *ShardManager) Run(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+	expiry := time.NewTimer(time.Hour)
+	defer expiry.Stop()
+	renew := true
 	for {
-		m.reconcile(ctx)
+		next := m.reconcile(ctx, renew)
+		expiry.Stop()
+		if !next.IsZero() {
+			expiry.Reset(max(next.Sub(m.cfg.Now()), time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			m.shutdown()
 			return
 		case <-tick.C:
+			renew = true
+		case <-m.wake:
+			renew = false
+		case <-expiry.C:
+			renew = false
 		}
 	}
 }
 
-// reconcile is one step: renew our replica Lease, compute the quota, shed
-// extra shards, drop hopeless candidacies and run for free shards.
-func (m *ShardManager) reconcile(ctx context.Context) {
-	if err := m.renewPresence(ctx); err != nil {
-		m.log.Warn("Cannot renew the replica lease", "error", err)
-		return
-	}
-	live, shardHolders, suspect, err := m.observe(ctx)
+// watch starts an informer on this cluster's Leases and waits for its
+// first list. Every change is sighted; a change of holder (a shard
+// released or taken, a replica come or gone) wakes the loop at once. stop
+// ends the watch and waits for its goroutines.
+func (m *ShardManager) watch(ctx context.Context) (stop func(), ok bool) {
+	f := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelCluster + "=" + m.cfg.ClusterID }))
+	inf := f.Coordination().V1().Leases()
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.sight,
+		UpdateFunc: func(_, obj any) { m.sight(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				m.seenMu.Lock()
+				delete(m.seen, l.Name)
+				m.seenMu.Unlock()
+				m.poke()
+			}
+		},
+	})
 	if err != nil {
-		m.log.Warn("Cannot list leases", "error", err)
+		m.log.Error("Cannot watch the leases", "error", err)
+		return func() {}, false
+	}
+	m.leases = inf.Lister().Leases(m.cfg.Namespace)
+	wctx, cancel := context.WithCancel(ctx)
+	f.Start(wctx.Done())
+	stop = func() { cancel(); f.Shutdown() }
+	for typ, synced := range f.WaitForCacheSync(wctx.Done()) {
+		if !synced {
+			m.log.Warn("Lease watch did not sync", "type", typ.String())
+			return stop, false
+		}
+	}
+	return stop, true
+}
+
+func (m *ShardManager) sight(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
 		return
 	}
-	quota := (m.cfg.Shards + live - 1) / live
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	m.seenMu.Lock()
+	old, had := m.seen[l.Name]
+	if !had || old.rv != l.ResourceVersion || !apiequality.Semantic.DeepEqual(old.spec, l.Spec) {
+		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: holder, at: m.cfg.Now()}
+	}
+	m.seenMu.Unlock()
+	if !had || old.holder != holder {
+		m.poke()
+	}
+}
+
+func (m *ShardManager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile is one step: renew our replica Lease (on the retry tick),
+// compute the quota, shed extra shards, drop hopeless candidacies, run for
+// free shards and take over shards whose holder stopped renewing. It
+// returns when the next held-elsewhere Lease expires (zero: none).
+func (m *ShardManager) reconcile(ctx context.Context, renew bool) time.Time {
+	if renew {
+		if err := m.renewPresence(ctx); err != nil {
+			m.log.Warn("Cannot renew the replica lease", "error", err)
+			return time.Time{}
+		}
+	}
+	v := m.observe()
+	if renew {
+		for _, l := range v.gone {
+			err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, l.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+			if err == nil {
+				m.log.Info("Deleted the replica lease of a replica gone for good", "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
+			} else if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				m.log.Warn("Cannot delete a stale replica lease", "lease", l.Name, "error", err)
+			}
+		}
+	}
+	quota := (m.cfg.Shards + v.live - 1) / v.live
 	m.mu.Lock()
 	var leading, candidates []int
 	for k, e := range m.electors {
@@ -151,28 +283,31 @@ func (m *ShardManager) reconcile(ctx context.Context) {
 	for len(leading) > quota { // shed the shards we like least
 		k := leading[len(leading)-1]
 		leading = leading[:len(leading)-1]
-		m.log.Info("Handing a shard over to rebalance", "shard", k, "quota", quota, "live_replicas", live)
+		m.log.Info("Handing a shard over to rebalance", "shard", k, "quota", quota, "live_replicas", v.live)
 		m.handOver(k)
 	}
 	for _, k := range candidates {
-		if h := shardHolders[k]; h != "" && h != m.cfg.Identity && !suspect[h] {
-			m.stopElector(k) // a live replica has it: do not hoard
+		if h := v.holders[k]; h != "" && h != m.cfg.Identity {
+			m.stopElector(k) // someone else got it first
 		}
 	}
 	m.mu.Lock()
 	running := len(m.electors)
 	m.mu.Unlock()
-	var free, orphaned []int
+	var free, expired []int
+	var next time.Time
 	for k := 0; k < m.cfg.Shards; k++ {
 		m.mu.Lock()
 		_, mine := m.electors[k]
 		m.mu.Unlock()
-		switch h := shardHolders[k]; {
+		switch h, until := v.holders[k], v.until[k]; {
 		case mine:
 		case h == "":
 			free = append(free, k)
-		case suspect[h]:
-			orphaned = append(orphaned, k)
+		case !until.After(v.now):
+			expired = append(expired, k)
+		case next.IsZero() || until.Before(next):
+			next = until
 		}
 	}
 	m.sortByRank(free)
@@ -180,14 +315,14 @@ func (m *ShardManager) reconcile(ctx context.Context) {
 		m.startElector(ctx, free[i])
 		running++
 	}
-	// A shard whose holder stopped renewing its replica Lease is run for at
-	// once by every replica, whatever its quota: client-go counts a lease
-	// duration from when it first observes the Lease, so observing early
-	// makes the takeover come one lease duration after the holder's last
-	// renewal. A replica that ends up above its quota hands the extra over.
-	for _, k := range orphaned {
-		m.startElector(ctx, k)
+	m.sortByRank(expired)
+	for i := 0; i < len(expired) && running < quota; i++ {
+		if m.takeOver(ctx, expired[i]) {
+			m.startElector(ctx, expired[i])
+			running++
+		}
 	}
+	return next
 }
 
 // sortByRank orders shards by this replica's preference (rendezvous
@@ -201,74 +336,113 @@ func (m *ShardManager) sortByRank(ks []int) {
 	sort.Slice(ks, func(i, j int) bool { return rank(ks[i]) > rank(ks[j]) })
 }
 
-// observe lists the Leases of this cluster: the number of live replicas
-// (this one included, suspects excluded), each shard's live holder ("" when
-// free), and the replicas that stopped renewing their replica Lease for
-// three retry periods (probably dead; their shard Leases are still valid).
-func (m *ShardManager) observe(ctx context.Context) (int, map[int]string, map[string]bool, error) {
-	list, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, nil, nil, err
+// view is what this replica sees of the Leases at one moment.
+type view struct {
+	now     time.Time
+	live    int                     // replicas renewing their Lease, this one included
+	holders map[int]string          // shard -> holder ("" or absent: free)
+	until   map[int]time.Time       // shard -> when its Lease expires, by sightings here
+	gone    []*coordinationv1.Lease // replica Leases left behind by a crash
+}
+
+// replicaLeaseGC: a replica Lease unchanged for this many lease durations
+// belongs to a replica that crashed (a clean stop deletes its own) and is
+// deleted, so pods that were killed do not leave Leases behind forever.
+const replicaLeaseGC = 20
+
+// observe reads the watched Leases. A replica is live while its Lease was
+// seen to change within two retry periods and a second; a held shard
+// expires one lease duration after its Lease was last seen to change.
+func (m *ShardManager) observe() view {
+	v := view{now: m.cfg.Now(), holders: map[int]string{}, until: map[int]time.Time{}}
+	list, err := m.leases.List(labels.Everything())
+	if err != nil { // a lister reads memory; it does not fail
+		m.log.Warn("Cannot list leases", "error", err)
 	}
-	now := time.Now()
-	live := 0
-	holders := map[int]string{}
-	suspect := map[string]bool{}
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
 	shardPrefix := fmt.Sprintf("fleetsync-%s-shard-", m.cfg.ClusterID)
-	for i := range list.Items {
-		l := &list.Items[i]
+	for _, l := range list {
+		s, ok := m.seen[l.Name]
+		if !ok {
+			continue
+		}
 		switch {
-		case l.Labels[labelCluster] == m.cfg.ClusterID && l.Labels[labelRole] == "replica":
-			id := ptr.Deref(l.Spec.HolderIdentity, "")
-			fresh := l.Spec.RenewTime != nil && now.Sub(l.Spec.RenewTime.Time) < 2*m.cfg.RetryPeriod+time.Second
-			switch {
-			case id == m.cfg.Identity || (fresh && leaseAlive(l, now)):
-				live++
-			case id != "":
-				suspect[id] = true
+		case l.Labels[labelRole] == "replica":
+			switch age := v.now.Sub(s.at); {
+			case s.holder == m.cfg.Identity:
+			case s.holder != "" && age < 2*m.cfg.RetryPeriod+time.Second:
+				v.live++
+			case age >= replicaLeaseGC*m.cfg.LeaseDuration:
+				v.gone = append(v.gone, l)
 			}
 		case strings.HasPrefix(l.Name, shardPrefix):
 			k, err := strconv.Atoi(strings.TrimPrefix(l.Name, shardPrefix))
-			if err == nil && leaseAlive(l, now) && l.Spec.HolderIdentity != nil {
-				holders[k] = *l.Spec.HolderIdentity
+			if err == nil && k >= 0 && k < m.cfg.Shards && s.holder != "" {
+				v.holders[k] = s.holder
+				v.until[k] = s.at.Add(m.cfg.LeaseDuration)
 			}
 		}
 	}
-	for _, h := range holders {
-		if h == m.cfg.Identity {
-			delete(suspect, h)
-		}
-	}
-	return max(live, 1), holders, suspect, nil
+	v.live++ // this replica
+	return v
 }
 
-func leaseAlive(l *coordinationv1.Lease, now time.Time) bool {
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+// takeOver claims shard k's expired Lease for this replica with an update
+// conditional on the version that was seen unchanged for a lease duration
+// (what client-go's election does, with the sighting from the watch rather
+// than from its own first poll). The old holder stopped its workers by
+// then: it gives up RetryPeriod+RenewDeadline after its last renewal.
+func (m *ShardManager) takeOver(ctx context.Context, k int) bool {
+	l, err := m.leases.Get(m.cfg.shardLease(k))
+	if err != nil {
 		return false
 	}
-	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second).After(now)
+	l = l.DeepCopy()
+	was := ptr.Deref(l.Spec.HolderIdentity, "")
+	now := metav1.NewMicroTime(m.cfg.Now())
+	l.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[labelCluster], l.Labels[labelRole] = m.cfg.ClusterID, "shard"
+	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		if !apierrors.IsConflict(err) {
+			m.log.Warn("Cannot take over an expired shard lease", "shard", k, "holder", was, "error", err)
+		}
+		return false
+	}
+	m.log.Info("Took over a shard whose holder stopped renewing", "shard", k, "holder", was, "lease_duration", m.cfg.LeaseDuration)
+	return true
 }
 
-// renewPresence creates or renews this replica's Lease.
+// renewPresence creates or renews this replica's Lease: an update of the
+// watched copy, and a read from the API only when that copy was stale.
 func (m *ShardManager) renewPresence(ctx context.Context) error {
 	api := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(m.cfg.Now())
 	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Identity), RenewTime: &now,
 		LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration / time.Second))}
-	l, err := api.Get(ctx, m.cfg.replicaLease(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		spec.AcquireTime = &now
-		_, err = api.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.cfg.replicaLease(),
-			Labels: map[string]string{labelCluster: m.cfg.ClusterID, labelRole: "replica"}}, Spec: spec}, metav1.CreateOptions{})
-		return err
+	l, err := m.leases.Get(m.cfg.replicaLease())
+	for attempt := 0; ; attempt++ {
+		if apierrors.IsNotFound(err) {
+			spec.AcquireTime = &now
+			_, err = api.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: m.cfg.replicaLease(),
+				Labels: map[string]string{labelCluster: m.cfg.ClusterID, labelRole: "replica"}}, Spec: spec}, metav1.CreateOptions{})
+		} else if err == nil {
+			l = l.DeepCopy()
+			spec.AcquireTime = l.Spec.AcquireTime
+			l.Spec = spec
+			_, err = api.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		if attempt > 0 || !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {
+			return err
+		}
+		l, err = api.Get(ctx, m.cfg.replicaLease(), metav1.GetOptions{})
 	}
-	if err != nil {
-		return err
-	}
-	spec.AcquireTime = l.Spec.AcquireTime
-	l.Spec = spec
-	_, err = api.Update(ctx, l, metav1.UpdateOptions{})
-	return err
 }
 
 // startElector runs client-go leader election for shard k. Leading gains
@@ -369,21 +543,24 @@ func (m *ShardManager) release(k int) {
 	}
 }
 
-// shutdown hands every held shard over and deletes the replica Lease.
+// shutdown deletes the replica Lease first (so the others raise their quota
+// at once), then hands every held shard over, all at the same time.
 func (m *ShardManager) shutdown() {
-	m.mu.Lock()
-	ks := make([]int, 0, len(m.electors))
-	for k := range m.electors {
-		ks = append(ks, k)
-	}
-	m.mu.Unlock()
-	for _, k := range ks {
-		m.handOver(k)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, m.cfg.replicaLease(), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		m.log.Warn("Cannot delete the replica lease", "error", err)
 	}
+	m.mu.Lock()
+	ks := make([]int, 0, len(m.electors))
+	for k := range m.electors {
+		ks = append(ks, k)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, k := range ks {
+		wg.Go(func() { m.handOver(k) })
+	}
+	wg.Wait()
 }

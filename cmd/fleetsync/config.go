@@ -17,6 +17,8 @@ type config struct {
 	ClusterID       string
 	Kubeconfig      string
 	KubeContext     string
+	KubeQPS         float64
+	KubeBurst       int
 	ConsulAddr      string
 	ConsulToken     string
 	ConsulTokenFile string
@@ -88,6 +90,8 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "identity of this Kubernetes cluster in Consul (required; a DNS label)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG, else ~/.kube/config)")
 	fs.StringVar(&c.KubeContext, "context", "", "kubeconfig context to use")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 20, "requests per second to the Kubernetes API (client-side limit; lease renewals and Events count, informers' watches do not)")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", 40, "burst allowed above --kube-api-qps")
 	fs.StringVar(&c.ConsulAddr, "consul-address", "", "Consul HTTP address (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
 	fs.StringVar(&c.ConsulToken, "consul-token", "", "Consul ACL token (prefer --consul-token-file; default $CONSUL_HTTP_TOKEN)")
 	fs.StringVar(&c.ConsulTokenFile, "consul-token-file", "", "file holding the Consul ACL token (default $CONSUL_HTTP_TOKEN_FILE)")
@@ -122,7 +126,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaseNamespace, "lease-namespace", "", "namespace of the shard and replica Leases (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&c.ReplicaID, "replica-id", "", "this replica's identity in the Leases (default the host name: the pod name)")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", 15*time.Second, "shard lease duration: how long a dead replica's shards wait before another takes them")
-	fs.DurationVar(&c.RenewDeadline, "lease-renew-deadline", 10*time.Second, "a holder that cannot renew a shard lease for this long stops its workers (must be below --lease-duration)")
+	fs.DurationVar(&c.RenewDeadline, "lease-renew-deadline", 10*time.Second, "a holder that cannot renew a shard lease for this long stops its workers (plus --lease-retry-period, must be below --lease-duration)")
 	fs.DurationVar(&c.RetryPeriod, "lease-retry-period", 2*time.Second, "how often leases are renewed and free shards are tried")
 	fs.BoolVar(&c.Claim, "claim-cluster-id", true, "claim the cluster id in Consul KV (a session-locked key holding the kube-system namespace UID) and refuse to start if another Kubernetes cluster has it")
 	fs.StringVar(&c.ClaimPrefix, "claim-prefix", "fleetsync/clusters", "Consul KV prefix of cluster-id claims")
@@ -163,14 +167,17 @@ func (c *config) validate() error {
 	default:
 		return fmt.Errorf("--terminating=%q: must be warning, critical or drop", c.Terminating)
 	}
+	if c.KubeQPS <= 0 || c.KubeBurst < 1 {
+		return fmt.Errorf("--kube-api-qps=%g and --kube-api-burst=%d: must be positive", c.KubeQPS, c.KubeBurst)
+	}
 	if c.Window < 0 {
 		return fmt.Errorf("--window=%s: must not be negative", c.Window)
 	}
 	if c.Shards < 1 || c.Shards > 1024 {
 		return fmt.Errorf("--shards=%d: must be between 1 and 1024", c.Shards)
 	}
-	if c.Shards > 1 && !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline < c.LeaseDuration) {
-		return fmt.Errorf("lease timing: need 0 < --lease-retry-period (%s) < --lease-renew-deadline (%s) < --lease-duration (%s)",
+	if c.Shards > 1 && !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline+c.RetryPeriod < c.LeaseDuration) {
+		return fmt.Errorf("lease timing: need 0 < --lease-retry-period (%s) < --lease-renew-deadline (%s) and renew deadline + retry period < --lease-duration (%s): a cut-off holder stops its workers before anyone can take its shards",
 			c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
 	}
 	if c.ResyncPeriod < 0 || c.NodeCheck < 0 {

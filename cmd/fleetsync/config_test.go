@@ -59,6 +59,10 @@ func TestConfig(t *testing.T) {
 		{name: "negative window", args: []string{"--cluster-id=x", "--window=-1s"}, wantErr: "--window"},
 		{name: "bad metrics-per-worker", args: []string{"--cluster-id=x", "--metrics-per-worker=some"}, wantErr: "--metrics-per-worker"},
 		{name: "top-K metrics", args: []string{"--cluster-id=x", "--metrics-per-worker=top-50"}},
+		{name: "sharded with default lease timing", args: []string{"--cluster-id=x", "--shards=8"}},
+		{name: "renew deadline + retry reaching the lease duration", args: []string{"--cluster-id=x", "--shards=8", "--lease-renew-deadline=13s"},
+			wantErr: "--lease-duration (15s)"},
+		{name: "zero kube api qps", args: []string{"--cluster-id=x", "--kube-api-qps=0"}, wantErr: "--kube-api-qps"},
 		{name: "k8s tag equal to cluster id", args: []string{"--cluster-id=k8s"}, wantErr: "--k8s-tag"},
 	}
 	for _, c := range cases {

@@ -39,6 +39,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes config: %w", err)
 	}
+	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)

@@ -252,9 +252,10 @@ func checkRBAC(t *testing.T, o objects, ns string) (sa string) {
 
 // wantLeaseRules is what the Role of a sharded install must grant: the
 // Lease calls of supervisor/leases.go and of client-go's leader election
-// (resourcelock.LeaseLock: get, create, update); no watch, no patch.
+// (resourcelock.LeaseLock: get, create, update), the Lease watch of the
+// shard manager (list, watch); no patch.
 var wantLeaseRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 }
 
 // checkLeaseRBAC asserts, when sharded, exactly one Role (wantLeaseRules)

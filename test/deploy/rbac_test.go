@@ -325,7 +325,7 @@ func checkAccess(t *testing.T, ns, sa, appNS string, sharded bool) {
 		{"create", "coordination.k8s.io", "leases", ns, "", sharded},
 		{"update", "coordination.k8s.io", "leases", ns, "", sharded},
 		{"delete", "coordination.k8s.io", "leases", ns, "", sharded},
-		{"watch", "coordination.k8s.io", "leases", ns, "", false},
+		{"watch", "coordination.k8s.io", "leases", ns, "", sharded},
 		{"patch", "coordination.k8s.io", "leases", ns, "", false},
 		{"deletecollection", "coordination.k8s.io", "leases", ns, "", false},
 		{"create", "coordination.k8s.io", "leases", appNS, "", false},

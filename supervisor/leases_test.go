@@ -1,0 +1,245 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// fakeNow is a settable clock for lease sightings.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeNow) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeNow) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func shardLease(name, holder string, renew time.Time) *coordinationv1.Lease {
+	t := metav1.NewMicroTime(renew)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "leases", Labels: map[string]string{labelCluster: "c", labelRole: "shard"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &t, AcquireTime: &t,
+			LeaseDurationSeconds: ptr.To(int32(15)), LeaseTransitions: ptr.To(int32(4))},
+	}
+}
+
+// TestTakeOverCountsFromTheLastSighting: a shard held by a replica that
+// stopped renewing is taken one lease duration after its Lease was last
+// seen to change (by this replica's clock, whatever the Lease's own
+// timestamps say), not earlier, with an update that names this replica,
+// and its workers start.
+func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	// The dead replica's clock is an hour ahead: its renewal timestamps say
+	// nothing about when this replica may take over.
+	ahead := clock.Now().Add(time.Hour)
+	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", ahead), shardLease("fleetsync-c-shard-1", "dead", ahead))
+
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	cluster, _ := ownership.New("c")
+	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
+		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
+		Watcher: w, Store: store, Shards: 2, DrainTimeout: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	f := &fixture{w: w, store: store, sup: sup}
+	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+
+	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 2,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
+	stop, ok := m.watch(ctx)
+	defer stop()
+	if !ok {
+		t.Fatal("lease watch did not sync")
+	}
+	defer m.shutdown()
+	t0 := clock.Now()
+
+	if next := m.reconcile(ctx, true); !next.Equal(t0.Add(15 * time.Second)) {
+		t.Fatalf("next expiry %s, want one lease duration after the first sighting (%s)", next, t0.Add(15*time.Second))
+	}
+	assertHolders(t, ctx, client, "dead", "dead")
+
+	// Shard 1's holder renews 10 s in: its lease duration starts again.
+	clock.advance(10 * time.Second)
+	renewLease(t, ctx, client, "fleetsync-c-shard-1", ahead.Add(10*time.Second))
+	f.waitFor(t, "the renewal sighted", func() bool {
+		m.seenMu.Lock()
+		defer m.seenMu.Unlock()
+		return m.seen["fleetsync-c-shard-1"].at.Equal(clock.Now())
+	})
+	clock.advance(5*time.Second - time.Millisecond)
+	m.reconcile(ctx, false)
+	assertHolders(t, ctx, client, "dead", "dead") // 1 ms before shard 0 expires
+
+	clock.advance(time.Millisecond) // t0 + 15 s: shard 0 expired, shard 1 renewed at t0 + 10 s
+	if next := m.reconcile(ctx, false); !next.Equal(t0.Add(25 * time.Second)) {
+		t.Fatalf("next expiry %s, want shard 1's at %s", next, t0.Add(25*time.Second))
+	}
+	assertHolders(t, ctx, client, "me", "dead")
+	f.waitFor(t, "shard 0 gained", func() bool { return len(sup.HeldShards()) == 1 && sup.HeldShards()[0] == 0 })
+	l, err := client.CoordinationV1().Leases("leases").Get(ctx, "fleetsync-c-shard-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "me" || ptr.Deref(l.Spec.LeaseTransitions, 0) != 5 {
+		t.Errorf("shard 0's lease: holder %q transitions %d, want me and 5", h, ptr.Deref(l.Spec.LeaseTransitions, 0))
+	}
+
+	clock.advance(10 * time.Second)
+	m.reconcile(ctx, false)
+	assertHolders(t, ctx, client, "me", "me")
+	f.waitFor(t, "shard 1 gained", func() bool { return len(sup.HeldShards()) == 2 })
+}
+
+// TestTakeOverKeepsTheQuota: with a second live replica, this one takes at
+// most ceil(shards/2) of a dead replica's shards.
+func TestTakeOverKeepsTheQuota(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	now := clock.Now()
+	client := fake.NewClientset(
+		shardLease("fleetsync-c-shard-0", "dead", now), shardLease("fleetsync-c-shard-1", "dead", now),
+		shardLease("fleetsync-c-shard-2", "dead", now), shardLease("fleetsync-c-shard-3", "dead", now))
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	cluster, _ := ownership.New("c")
+	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
+		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
+		Watcher: w, Store: store, Shards: 4, DrainTimeout: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	f := &fixture{w: w, store: store, sup: sup}
+	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+
+	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 4,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
+	stop, ok := m.watch(ctx)
+	defer stop()
+	if !ok {
+		t.Fatal("lease watch did not sync")
+	}
+	defer m.shutdown()
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-other", Namespace: "leases",
+		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
+	if _, err := client.CoordinationV1().Leases("leases").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "the other replica sighted", func() bool {
+		m.seenMu.Lock()
+		defer m.seenMu.Unlock()
+		_, ok := m.seen["fleetsync-c-replica-other"]
+		return ok
+	})
+	clock.advance(15 * time.Second)
+	renewLease(t, ctx, client, "fleetsync-c-replica-other", clock.Now())
+	f.waitFor(t, "the other replica's renewal sighted", func() bool {
+		m.seenMu.Lock()
+		defer m.seenMu.Unlock()
+		return m.seen["fleetsync-c-replica-other"].at.Equal(clock.Now())
+	})
+	m.reconcile(ctx, true)
+	m.reconcile(ctx, false)
+	f.waitFor(t, "two shards gained", func() bool { return len(sup.HeldShards()) == 2 })
+	if held := sup.HeldShards(); len(held) != 2 {
+		t.Fatalf("holds %v with another live replica and 4 shards, want 2", held)
+	}
+}
+
+// assertHolders checks the holders of shard Leases 0, 1, ... in the API.
+func assertHolders(t *testing.T, ctx context.Context, c kubernetes.Interface, want ...string) {
+	t.Helper()
+	for k, w := range want {
+		l, err := c.CoordinationV1().Leases("leases").Get(ctx, fmt.Sprintf("fleetsync-c-shard-%d", k), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != w {
+			t.Fatalf("shard %d held by %q, want %q", k, h, w)
+		}
+	}
+}
+
+func renewLease(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, at time.Time) {
+	t.Helper()
+	api := c.CoordinationV1().Leases("leases")
+	l, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := metav1.NewMicroTime(at)
+	l.Spec.RenewTime = &mt
+	if _, err := api.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCrashedReplicaLeasesAreDeleted: a replica Lease unchanged for 20
+// lease durations (a replica killed for good) is deleted; this replica's own
+// Lease and a shard Lease are not.
+func TestCrashedReplicaLeasesAreDeleted(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	crashed := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-crashed", Namespace: "leases",
+		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("crashed")}}
+	client := fake.NewClientset(crashed, shardLease("fleetsync-c-shard-0", "crashed", clock.Now()))
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	cluster, _ := ownership.New("c")
+	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
+		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
+		Watcher: w, Store: store, Shards: 2, DrainTimeout: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 2,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
+	stop, ok := m.watch(ctx)
+	defer stop()
+	if !ok {
+		t.Fatal("lease watch did not sync")
+	}
+	defer m.shutdown()
+	exists := func(name string) bool {
+		_, err := client.CoordinationV1().Leases("leases").Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	}
+	clock.advance(20*15*time.Second - time.Second)
+	m.reconcile(ctx, true)
+	if !exists("fleetsync-c-replica-crashed") {
+		t.Fatal("deleted a replica lease 1 s before its time")
+	}
+	clock.advance(time.Second)
+	m.reconcile(ctx, true)
+	if exists("fleetsync-c-replica-crashed") {
+		t.Error("a replica lease unchanged for 20 lease durations is still there")
+	}
+	if !exists("fleetsync-c-replica-me") || !exists("fleetsync-c-shard-0") {
+		t.Error("deleted this replica's own lease or a shard lease")
+	}
+}
