@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -19,9 +20,18 @@ var ErrConflict = errors.New("consul: entry changed since it was read (CAS confl
 // when the owner refuses an instance or entry.
 var ErrRefused = errors.New("consul: refused by ownership")
 
-// Owner proves ownership; package ownership's Cluster implements it.
+// Owner proves ownership and places instances; package ownership's
+// Cluster implements it.
 type Owner interface {
+	// Node is the owner's first node; its Meta marks every node of the
+	// owner (the reads list nodes by it).
 	Node() Node
+	// NodeFor is the node a new instance goes on.
+	NodeFor(instanceID string) Node
+	// NodeNamed is the owner's node called name, with its mark.
+	NodeNamed(name string) Node
+	// IsNode reports whether a node of that name is the owner's.
+	IsNode(name string) bool
 	Stamped(Instance) error
 	Owns(Registered) error
 }
@@ -33,6 +43,7 @@ type catalogAPI interface {
 	Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error)
 	HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error)
 	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
+	CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error)
 }
 
 type apiAdapter struct{ c *api.Client }
@@ -51,6 +62,10 @@ func (a apiAdapter) HealthService(name string, q *api.QueryOptions) ([]*api.Serv
 
 func (a apiAdapter) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error) {
 	return a.c.Catalog().Node(node, q)
+}
+
+func (a apiAdapter) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
+	return a.c.Catalog().Nodes(q)
 }
 
 func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
@@ -100,25 +115,63 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 	return &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads))}
 }
 
-// ReadNode returns every instance on the owner's node, owned or not (callers
-// keep only what Owner.Owns accepts). An absent node is an empty result.
+// ReadNode returns every instance on the owner's nodes, owned or not
+// (callers keep only what Owner.Owns accepts). No node is an empty result.
 func (c *Client) ReadNode(ctx context.Context) ([]Registered, error) {
-	return c.read(ctx, "", "")
+	return c.readNodes(ctx, "", "")
 }
 
-// ReadPrefix returns the instances on the owner's node whose ID starts with
-// prefix, owned or not.
+// ReadPrefix returns the instances on the owner's nodes whose ID starts
+// with prefix, owned or not.
 func (c *Client) ReadPrefix(ctx context.Context, prefix string) ([]Registered, error) {
 	re := "^" + regexp.QuoteMeta(prefix)
-	return c.read(ctx, fmt.Sprintf("ID matches %q", re), fmt.Sprintf("ServiceID matches %q", re))
+	return c.readNodes(ctx, fmt.Sprintf("ID matches %q", re), fmt.Sprintf("ServiceID matches %q", re))
 }
 
-func (c *Client) read(ctx context.Context, svcFilter, checkFilter string) ([]Registered, error) {
+// Nodes lists the owner's nodes in the catalog: those with its node meta
+// and one of its names (instances stay on the node they were written to
+// when the owner's number of nodes changes, so all are read).
+func (c *Client) Nodes(ctx context.Context) ([]string, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	node := c.owner.Node().Name
+	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(ctx)
+	list, _, err := c.api.CatalogNodes(q)
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes of %s: %w", c.owner.Node().Name, err)
+	}
+	var out []string
+	for _, n := range list {
+		if c.owner.IsNode(n.Node) {
+			out = append(out, n.Node)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (c *Client) readNodes(ctx context.Context, svcFilter, checkFilter string) ([]Registered, error) {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Registered
+	for _, node := range nodes {
+		got, err := c.read(ctx, node, svcFilter, checkFilter)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) ([]Registered, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer c.reads.Release(1)
 	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(ctx)
 	list, _, err := c.api.NodeServiceList(node, q)
 	if err != nil {
@@ -181,39 +234,38 @@ func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
 }
 
 // ReadService returns the instances of Consul service name on the owner's
-// node, owned or not, with their readiness checks: one index-backed read,
-// cheap enough for every worker's periodic anti-entropy pass.
+// nodes (by node meta), owned or not, with their readiness checks: one
+// index-backed read, cheap enough for every worker's periodic anti-entropy
+// pass.
 func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	node := c.owner.Node().Name
-	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node.Node == %q", node)}).WithContext(ctx)
+	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(ctx)
 	entries, _, err := c.api.HealthService(name, q)
 	if err != nil {
-		return nil, fmt.Errorf("read service %s on node %s: %w", name, node, err)
+		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, err)
 	}
 	out := make([]Registered, 0, len(entries))
 	for _, e := range entries {
+		if e.Node == nil || !c.owner.IsNode(e.Node.Node) {
+			continue
+		}
 		var hc *api.HealthCheck
 		for _, x := range e.Checks {
 			if x.CheckID == CheckID(e.Service.ID) {
 				hc = x
 			}
 		}
-		out = append(out, fromAPI(node, e.Service, hc))
+		out = append(out, fromAPI(e.Node.Node, e.Service, hc))
 	}
 	return out, nil
 }
 
-// NodeExists reports whether the owner's node is in the catalog. A node
-// that vanished while we have instances means Consul lost its data.
+// NodeExists reports whether any of the owner's nodes is in the catalog.
+// All of them vanishing while we have instances means Consul lost its data.
 func (c *Client) NodeExists(ctx context.Context) (bool, error) {
-	node := c.owner.Node().Name
-	n, _, err := c.api.CatalogNode(node, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return false, fmt.Errorf("read node %s: %w", node, err)
-	}
-	return n != nil && n.Node != nil, nil
+	nodes, err := c.Nodes(ctx)
+	return len(nodes) > 0, err
 }

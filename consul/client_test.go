@@ -148,3 +148,81 @@ func TestReadOfAbsentNodeIsEmpty(t *testing.T) {
 		t.Fatalf("ReadNode of an absent node: %v, %v", got, err)
 	}
 }
+
+// TestSpreadOverNodesAgainstConsul: an owner with two nodes gets both in
+// one transaction (a node op each), and every read (node, prefix, service,
+// node existence) sees the instances of both; a foreign node with a name
+// close to ours is not read.
+func TestSpreadOverNodesAgainstConsul(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "spreadtest", spread: true}
+	c := NewClient(a.Client, owner, Options{})
+	var ins []Instance
+	for i := range 10 {
+		ins = append(ins, owner.instance(i, "spread"))
+	}
+	applied, err := c.Apply(ctx, Change{Register: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied.Txns != 1 || applied.Ops != 2+10*2 {
+		t.Fatalf("10 instances on 2 nodes: %d txns, %d ops; want 1 txn of 22 ops (2 node ops)", applied.Txns, applied.Ops)
+	}
+	// Someone else's node with our node meta and a look-alike name.
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: "k8s-spreadtest-1", Address: "127.0.0.1",
+		NodeMeta: owner.Node().Meta, Service: &api.AgentService{ID: "spreadtest-spread-99", Service: "spread"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil || len(nodes) != 2 || nodes[0] != "k8s-spreadtest" || nodes[1] != "k8s-spreadtest.1" {
+		t.Fatalf("Nodes = %v, %v; want k8s-spreadtest and k8s-spreadtest.1", nodes, err)
+	}
+	onNode := map[string]int{}
+	for _, w := range applied.Written {
+		onNode[w.Node]++
+		if w.Node != owner.NodeFor(w.ID).Name {
+			t.Errorf("%s written on %s, want %s", w.ID, w.Node, owner.NodeFor(w.ID).Name)
+		}
+	}
+	if onNode["k8s-spreadtest"] != 5 || onNode["k8s-spreadtest.1"] != 5 {
+		t.Fatalf("instances per node %v, want 5 and 5", onNode)
+	}
+	for what, read := range map[string]func() ([]Registered, error){
+		"ReadNode":    func() ([]Registered, error) { return c.ReadNode(ctx) },
+		"ReadPrefix":  func() ([]Registered, error) { return c.ReadPrefix(ctx, "spreadtest-spread-") },
+		"ReadService": func() ([]Registered, error) { return c.ReadService(ctx, "spread") },
+	} {
+		got, err := read()
+		if err != nil || len(got) != 10 {
+			t.Fatalf("%s: %d entries, %v; want the 10 on our two nodes", what, len(got), err)
+		}
+		for _, r := range got {
+			if r.Node != owner.NodeFor(r.ID).Name || !r.HasCheck {
+				t.Errorf("%s: %s read on %s (check %t)", what, r.ID, r.Node, r.HasCheck)
+			}
+		}
+	}
+	// Updates stay on the node the entry is on; deletes go to it.
+	read, _ := c.ReadNode(ctx)
+	var ch Change
+	for _, r := range read {
+		if r.ID == ins[1].ID {
+			w := r.Instance
+			w.Check = Check{Status: StatusCritical, Output: "not ready"}
+			ch.Update = append(ch.Update, Update{Want: w, Have: r})
+		} else {
+			ch.Deregister = append(ch.Deregister, r)
+		}
+	}
+	if _, err := c.Apply(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadService(ctx, "spread")
+	if err != nil || len(got) != 1 || got[0].Node != "k8s-spreadtest.1" || got[0].Check.Status != StatusCritical {
+		t.Fatalf("after the update and 9 deletes: %+v, %v", got, err)
+	}
+	if ok, err := c.NodeExists(ctx); !ok || err != nil {
+		t.Fatalf("NodeExists = %t, %v", ok, err)
+	}
+}

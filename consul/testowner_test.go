@@ -7,10 +7,28 @@ import (
 
 // testOwner is a minimal Owner for this package's tests (package ownership
 // imports this one, so it cannot be used here).
-type testOwner struct{ id string }
+// With spread, instances whose ID ends in an odd digit go on a second node,
+// k8s-<id>.1.
+type testOwner struct {
+	id     string
+	spread bool
+}
 
-func (o testOwner) Node() Node {
-	return Node{Name: "k8s-" + o.id, Address: "127.0.0.1", Meta: map[string]string{"external-source": "kubernetes", "k8s-cluster": o.id}}
+func (o testOwner) Node() Node { return o.NodeNamed("k8s-" + o.id) }
+
+func (o testOwner) NodeNamed(name string) Node {
+	return Node{Name: name, Address: "127.0.0.1", Meta: map[string]string{"external-source": "kubernetes", "k8s-cluster": o.id}}
+}
+
+func (o testOwner) NodeFor(id string) Node {
+	if o.spread && id != "" && (id[len(id)-1]-'0')%2 == 1 {
+		return o.NodeNamed(o.Node().Name + ".1")
+	}
+	return o.Node()
+}
+
+func (o testOwner) IsNode(name string) bool {
+	return name == o.Node().Name || name == o.Node().Name+".1"
 }
 
 func (o testOwner) Stamped(in Instance) error {
@@ -21,7 +39,7 @@ func (o testOwner) Stamped(in Instance) error {
 }
 
 func (o testOwner) Owns(r Registered) error {
-	if r.Node != o.Node().Name {
+	if !o.IsNode(r.Node) {
 		return fmt.Errorf("instance %s on node %s", r.ID, r.Node)
 	}
 	return o.Stamped(r.Instance)

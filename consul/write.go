@@ -26,6 +26,7 @@ type group struct {
 	ops   api.TxnOps
 	bytes int
 	kind  int         // kindRegister, kindUpdate or kindDeregister
+	node  string      // where the instance is, or goes
 	want  Instance    // register and update
 	have  *Registered // update and deregister
 }
@@ -55,14 +56,29 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 				return done, err
 			}
 		}
+		// One node op per node the transaction touches, before its
+		// service ops (Consul needs the node to exist).
 		n, bytes := 0, 0
-		ops := api.TxnOps{c.nodeOp()}
-		for n < len(groups) && len(ops)+len(groups[n].ops) <= c.opts.MaxOps &&
-			(n == 0 || bytes+groups[n].bytes <= c.opts.MaxBytes) {
-			ops = append(ops, groups[n].ops...)
-			bytes += groups[n].bytes
+		var nodes, ops api.TxnOps
+		inTxn := map[string]bool{}
+		for n < len(groups) {
+			g := groups[n]
+			extra := 0
+			if !inTxn[g.node] {
+				extra = 1
+			}
+			if len(nodes)+len(ops)+extra+len(g.ops) > c.opts.MaxOps || (n > 0 && bytes+g.bytes > c.opts.MaxBytes) {
+				break
+			}
+			if extra == 1 {
+				inTxn[g.node] = true
+				nodes = append(nodes, c.nodeOp(g.node))
+			}
+			ops = append(ops, g.ops...)
+			bytes += g.bytes
 			n++
 		}
+		ops = append(nodes, ops...)
 		resp, err := c.commit(ctx, ops)
 		if err != nil {
 			return done, err
@@ -91,7 +107,7 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if err := c.owner.Owns(r); err != nil {
 			return nil, fmt.Errorf("%w: deregister %s: %w", ErrRefused, r.ID, err)
 		}
-		g := newGroup(kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{
+		g := newGroup(r.Node, kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{
 			Verb: api.ServiceDeleteCAS, Node: r.Node,
 			Service: api.AgentService{ID: r.ID, Service: r.Name, ModifyIndex: r.ServiceIndex},
 		}})
@@ -110,12 +126,12 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		}
 		var ops []*api.TxnOp
 		if !u.Want.SameService(u.Have.Instance) {
-			ops = append(ops, c.serviceOp(u.Want, u.Have.ServiceIndex))
+			ops = append(ops, c.serviceOp(u.Have.Node, u.Want, u.Have.ServiceIndex))
 		}
 		if u.Want.Check != u.Have.Check || !u.Have.HasCheck || u.Want.Name != u.Have.Name {
-			ops = append(ops, c.checkOp(u.Want, u.Have.CheckIndex))
+			ops = append(ops, c.checkOp(u.Have.Node, u.Want, u.Have.CheckIndex))
 		}
-		g := newGroup(kindUpdate, ops...)
+		g := newGroup(u.Have.Node, kindUpdate, ops...)
 		g.want, g.have = u.Want, &u.Have
 		groups = append(groups, g)
 	}
@@ -123,15 +139,16 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if err := c.owner.Stamped(in); err != nil {
 			return nil, fmt.Errorf("%w: register %s: %w", ErrRefused, in.ID, err)
 		}
-		g := newGroup(kindRegister, c.serviceOp(in, 0), c.checkOp(in, 0))
+		node := c.owner.NodeFor(in.ID).Name
+		g := newGroup(node, kindRegister, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
 		g.want = in
 		groups = append(groups, g)
 	}
 	return groups, nil
 }
 
-func newGroup(kind int, ops ...*api.TxnOp) group {
-	g := group{ops: ops, kind: kind}
+func newGroup(node string, kind int, ops ...*api.TxnOp) group {
+	g := group{ops: ops, kind: kind, node: node}
 	for _, op := range ops {
 		b, _ := json.Marshal(op)
 		g.bytes += len(b)
@@ -139,17 +156,17 @@ func newGroup(kind int, ops ...*api.TxnOp) group {
 	return g
 }
 
-func (c *Client) nodeOp() *api.TxnOp {
-	n := c.owner.Node()
+func (c *Client) nodeOp(name string) *api.TxnOp {
+	n := c.owner.NodeNamed(name)
 	return &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeSet, Node: api.Node{
 		Node: n.Name, Address: n.Address, Meta: n.Meta,
 	}}}
 }
 
-func (c *Client) serviceOp(in Instance, index uint64) *api.TxnOp {
+func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
 	return &api.TxnOp{Service: &api.ServiceTxnOp{
 		Verb: api.ServiceCAS,
-		Node: c.owner.Node().Name,
+		Node: node,
 		Service: api.AgentService{
 			ID: in.ID, Service: in.Name, Address: in.Address, Port: in.Port,
 			Tags: in.Tags, Meta: in.Meta, ModifyIndex: index,
@@ -157,11 +174,11 @@ func (c *Client) serviceOp(in Instance, index uint64) *api.TxnOp {
 	}}
 }
 
-func (c *Client) checkOp(in Instance, index uint64) *api.TxnOp {
+func (c *Client) checkOp(node string, in Instance, index uint64) *api.TxnOp {
 	return &api.TxnOp{Check: &api.CheckTxnOp{
 		Verb: api.CheckCAS,
 		Check: api.HealthCheck{
-			Node: c.owner.Node().Name, CheckID: CheckID(in.ID), Name: CheckName,
+			Node: node, CheckID: CheckID(in.ID), Name: CheckName,
 			Status: in.Check.Status, Output: in.Check.Output,
 			ServiceID: in.ID, ServiceName: in.Name, Type: "kubernetes",
 			ModifyIndex: index,
@@ -203,13 +220,12 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			}
 		}
 	}
-	node := c.owner.Node().Name
 	for _, g := range groups {
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
 			continue
 		}
-		r := Registered{Instance: g.want, Node: node, HasCheck: true}
+		r := Registered{Instance: g.want, Node: g.node, HasCheck: true}
 		if g.have != nil {
 			r.ServiceIndex, r.CheckIndex = g.have.ServiceIndex, g.have.CheckIndex
 		}

@@ -4,7 +4,9 @@
 // that one is (Owns). An instance is owned by cluster C when, and only when,
 // all of these hold:
 //
-//   - it is registered on C's synthetic node, k8s-<C>;
+//   - it is registered on one of C's synthetic nodes: k8s-<C> and, when the
+//     cluster is spread over n nodes (WithNodes), k8s-<C>.1 to k8s-<C>.<n-1>
+//     (a Service's instances share the node of its namespace/name's hash);
 //   - its service meta has external-source=kubernetes and k8s-cluster=<C>;
 //   - its tags include <C> (so <C>.<name>.service.consul resolves one cluster).
 //

@@ -2,10 +2,12 @@ package ownership
 
 import (
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/fleetsync/fleetsync/consul"
 )
@@ -32,30 +34,92 @@ func ValidateClusterID(id string) error {
 // Cluster is one Kubernetes cluster's identity in Consul. The zero value is
 // not usable; build one with New.
 type Cluster struct {
-	id string
+	id    string
+	nodes int
 }
 
-// New returns the identity of cluster id, which must be a DNS label.
+// MaxNodes bounds WithNodes.
+const MaxNodes = 1024
+
+// New returns the identity of cluster id, which must be a DNS label. Its
+// instances go on one synthetic node (see WithNodes).
 func New(id string) (Cluster, error) {
 	if err := ValidateClusterID(id); err != nil {
 		return Cluster{}, err
 	}
-	return Cluster{id: id}, nil
+	return Cluster{id: id, nodes: 1}, nil
+}
+
+// WithNodes returns c with its instances spread over n synthetic nodes, by
+// a hash of namespace/service: node 0 is NodeName(), node b > 0 is
+// NodeName()+"."+b (a cluster id has no '.', so no cluster's nodes can be
+// taken for another's). Consul's cost of writing a service to a node grows
+// with the services already on it; spreading keeps every node small.
+func (c Cluster) WithNodes(n int) (Cluster, error) {
+	if n < 1 || n > MaxNodes {
+		return c, fmt.Errorf("%d Consul nodes per cluster: must be between 1 and %d", n, MaxNodes)
+	}
+	c.nodes = n
+	return c, nil
 }
 
 // ID returns the cluster id.
 func (c Cluster) ID() string { return c.id }
 
-// NodeName returns the name of the cluster's synthetic Consul node.
+// Nodes returns how many synthetic nodes new instances are spread over.
+func (c Cluster) Nodes() int { return c.nodes }
+
+// NodeName returns the name of the cluster's first synthetic Consul node.
 func (c Cluster) NodeName() string { return NodePrefix + c.id }
 
-// Node returns the cluster's synthetic Consul node, carrying the mark.
-func (c Cluster) Node() consul.Node {
+// Node returns the cluster's first synthetic Consul node, carrying the mark.
+func (c Cluster) Node() consul.Node { return c.NodeNamed(c.NodeName()) }
+
+// NodeNamed returns the synthetic node called name, carrying the mark.
+func (c Cluster) NodeNamed(name string) consul.Node {
 	return consul.Node{
-		Name:    c.NodeName(),
+		Name:    name,
 		Address: "127.0.0.1",
 		Meta:    map[string]string{MetaExternalSource: ExternalSource, MetaCluster: c.id},
 	}
+}
+
+// NodeFor returns the node a new instance goes on: the bucket of its
+// namespace/service, read from the instance ID (see InstanceID), so every
+// instance of one Service shares a node.
+func (c Cluster) NodeFor(instanceID string) consul.Node {
+	if c.nodes <= 1 {
+		return c.Node()
+	}
+	rest, ok := strings.CutPrefix(instanceID, "k8s_"+c.id+"_")
+	if !ok {
+		return c.Node()
+	}
+	parts := strings.SplitN(rest, "_", 3)
+	if len(parts) < 3 {
+		return c.Node()
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(parts[0] + "/" + parts[1]))
+	if b := h.Sum32() % uint32(c.nodes); b > 0 {
+		return c.NodeNamed(c.NodeName() + "." + strconv.Itoa(int(b)))
+	}
+	return c.Node()
+}
+
+// IsNode reports whether name is one of the cluster's synthetic nodes,
+// whatever the number of nodes now (instances stay where they were
+// written when it changes).
+func (c Cluster) IsNode(name string) bool {
+	if name == c.NodeName() {
+		return true
+	}
+	b, ok := strings.CutPrefix(name, c.NodeName()+".")
+	if !ok || b == "" || b[0] == '0' {
+		return false
+	}
+	n, err := strconv.Atoi(b)
+	return err == nil && n > 0 && n < MaxNodes
 }
 
 // Tag returns the ownership tag.
@@ -103,12 +167,12 @@ func (c Cluster) Stamped(inst consul.Instance) error {
 	return nil
 }
 
-// Owns reports an error unless the entry, as read from Consul, is on the
-// cluster's node and carries the cluster's mark. The consul writer calls it
-// for every entry it is asked to update or delete.
+// Owns reports an error unless the entry, as read from Consul, is on one of
+// the cluster's nodes and carries the cluster's mark. The consul writer
+// calls it for every entry it is asked to update or delete.
 func (c Cluster) Owns(r consul.Registered) error {
-	if r.Node != c.NodeName() {
-		return fmt.Errorf("instance %q is on node %q, not on %q", r.ID, r.Node, c.NodeName())
+	if !c.IsNode(r.Node) {
+		return fmt.Errorf("instance %q is on node %q, not on a node of cluster %q (%s or %s.<n>)", r.ID, r.Node, c.id, c.NodeName(), c.NodeName())
 	}
 	if err := c.Stamped(r.Instance); err != nil {
 		return fmt.Errorf("entry not owned: %w", err)

@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,5 +101,61 @@ func TestStampAndVerify(t *testing.T) {
 	n := east.Node()
 	if n.Name != "k8s-east" || n.Meta[MetaCluster] != "east" || n.Meta[MetaExternalSource] != ExternalSource {
 		t.Errorf("node = %+v", n)
+	}
+}
+
+// TestNodesSpreadServicesAndStayOwned: with n nodes, every instance of one
+// Service goes on the same node, Services spread over all n, every node is
+// the cluster's own and carries the mark, and no other cluster's node (even
+// one whose id extends this one's) is taken for ours.
+func TestNodesSpreadServicesAndStayOwned(t *testing.T) {
+	one, _ := New("east")
+	if n := one.NodeFor(one.InstanceID("shop", "web", "10.0.0.1", 80)); n.Name != "k8s-east" {
+		t.Errorf("one node: instance on %s, want k8s-east", n.Name)
+	}
+	c, err := one.WithNodes(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int{}
+	for i := range 400 {
+		svc := "svc-" + strconv.Itoa(i)
+		node := c.NodeFor(c.InstanceID("shop", svc, "10.0.0.1", 80))
+		if other := c.NodeFor(c.InstanceID("shop", svc, "fd00::9", 8443)); other.Name != node.Name {
+			t.Fatalf("%s: instances on %s and %s", svc, node.Name, other.Name)
+		}
+		if !c.IsNode(node.Name) || node.Meta[MetaCluster] != "east" || node.Meta[MetaExternalSource] != ExternalSource {
+			t.Fatalf("node %+v is not marked as east's", node)
+		}
+		used[node.Name]++
+	}
+	if len(used) != 8 {
+		t.Errorf("400 Services on %d of 8 nodes: %v", len(used), used)
+	}
+	for name, n := range used {
+		if n < 25 {
+			t.Errorf("node %s has %d of 400 Services: badly spread %v", name, n, used)
+		}
+	}
+	for _, notOurs := range []string{"k8s-east-1", "k8s-east.0", "k8s-east.01", "k8s-east.", "k8s-east.x", "k8s-east.1.2", "k8s-eastern", "k8s-east.1024", "east"} {
+		if c.IsNode(notOurs) || one.IsNode(notOurs) {
+			t.Errorf("%q taken for a node of east", notOurs)
+		}
+	}
+	// Fewer nodes later: what was written on a higher node is still ours.
+	if !one.IsNode("k8s-east.7") {
+		t.Error("an instance written while spread over 8 nodes is not owned once back to 1")
+	}
+	in := one.Stamp(consul.Instance{ID: "x", Name: "web"})
+	if err := one.Owns(consul.Registered{Instance: in, Node: "k8s-east.7"}); err != nil {
+		t.Errorf("owned entry on k8s-east.7 refused: %v", err)
+	}
+	if err := one.Owns(consul.Registered{Instance: in, Node: "k8s-east-1"}); err == nil || !strings.Contains(err.Error(), "k8s-east-1") {
+		t.Errorf("entry on k8s-east-1: err = %v, want one naming the node", err)
+	}
+	for _, bad := range []int{0, -1, MaxNodes + 1} {
+		if _, err := one.WithNodes(bad); err == nil {
+			t.Errorf("WithNodes(%d) accepted", bad)
+		}
 	}
 }

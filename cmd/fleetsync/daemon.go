@@ -32,6 +32,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Name: "fleetsync", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: logOut,
 	}).With("cluster", cfg.ClusterID)
 	cluster, err := ownership.New(cfg.ClusterID)
+	if err == nil {
+		cluster, err = cluster.WithNodes(cfg.ConsulNodes)
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -78,10 +79,11 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// purgePlan is what purge found on a cluster's node.
+// purgePlan is what purge found on a cluster's nodes.
 type purgePlan struct {
 	Cluster    ownership.Cluster
 	NodeFound  bool
+	Nodes      []string            // the cluster's marked nodes found
 	Owned      []consul.Registered // carrying the mark: to deregister
 	Foreign    []consul.Registered // without the mark: kept, and they keep the node
 	NodeChecks []string            // node-level checks: kept, and they keep the node
@@ -110,17 +112,32 @@ func (p purgePlan) RemovesNode() bool {
 	return p.NodeFound && len(p.Foreign) == 0 && len(p.NodeChecks) == 0
 }
 
-// newPurgePlan sorts the node's entries by ownership. It refuses a node
+// nodeNames names the plan's nodes for messages.
+func (p purgePlan) nodeNames() string {
+	switch len(p.Nodes) {
+	case 0:
+		return "node " + p.Cluster.NodeName()
+	case 1:
+		return "node " + p.Nodes[0]
+	}
+	return "nodes " + strings.Join(p.Nodes, ", ")
+}
+
+// newPurgePlan sorts the nodes' entries by ownership. It refuses a node
 // that does not carry the cluster's mark: it is someone else's, whatever
 // its name says.
-func newPurgePlan(c ownership.Cluster, node *consulapi.Node, entries []consul.Registered, checks consulapi.HealthChecks) (purgePlan, error) {
+func newPurgePlan(c ownership.Cluster, nodes []*consulapi.Node, entries []consul.Registered, checks consulapi.HealthChecks) (purgePlan, error) {
 	plan := purgePlan{Cluster: c}
-	if node == nil {
+	if len(nodes) == 0 {
 		return plan, nil
 	}
-	if err := nodeMarked(c, node); err != nil {
-		return plan, err
+	for _, node := range nodes {
+		if err := nodeMarked(c, node); err != nil {
+			return plan, err
+		}
+		plan.Nodes = append(plan.Nodes, node.Node)
 	}
+	sort.Strings(plan.Nodes)
 	plan.NodeFound = true
 	for _, e := range entries {
 		if c.Owns(e) == nil {
@@ -141,7 +158,7 @@ func newPurgePlan(c ownership.Cluster, node *consulapi.Node, entries []consul.Re
 }
 
 func nodeMarked(c ownership.Cluster, node *consulapi.Node) error {
-	if node.Node != c.NodeName() || node.Meta[ownership.MetaExternalSource] != ownership.ExternalSource ||
+	if !c.IsNode(node.Node) || node.Meta[ownership.MetaExternalSource] != ownership.ExternalSource ||
 		node.Meta[ownership.MetaCluster] != c.ID() {
 		return fmt.Errorf("refusing to touch node %s: its meta %s=%q, %s=%q is not cluster %s's mark (%s=%s, %s=%s)",
 			node.Node, ownership.MetaExternalSource, node.Meta[ownership.MetaExternalSource],
@@ -151,7 +168,7 @@ func nodeMarked(c ownership.Cluster, node *consulapi.Node) error {
 	return nil
 }
 
-// purger reads and writes one cluster's node. Instances are deleted through
+// purger reads and writes one cluster's nodes. Instances are deleted through
 // the consul package's writer (ownership verified on every entry, delete-CAS
 // on the index read); the node only through a catalog deregistration of the
 // node alone, after checking again that it is marked and empty.
@@ -167,32 +184,49 @@ func (p purger) plan(ctx context.Context) (purgePlan, error) {
 	if err != nil {
 		return purgePlan{}, fmt.Errorf("read the claim of cluster %s: %w", p.cluster.ID(), err)
 	}
-	node, err := p.readNode(ctx)
-	if err != nil || node == nil {
+	nodes, err := p.readNodes(ctx)
+	if err != nil || len(nodes) == 0 {
 		return purgePlan{Cluster: p.cluster, Claim: claim, ClaimHeld: held}, err
 	}
 	entries, err := p.store.ReadNode(ctx)
 	if err != nil {
 		return purgePlan{}, err
 	}
-	checks, _, err := p.api.Health().Node(p.cluster.NodeName(), (&consulapi.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return purgePlan{}, fmt.Errorf("read checks of node %s: %w", p.cluster.NodeName(), err)
+	var checks consulapi.HealthChecks
+	for _, n := range nodes {
+		hc, _, err := p.api.Health().Node(n.Node, (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return purgePlan{}, fmt.Errorf("read checks of node %s: %w", n.Node, err)
+		}
+		checks = append(checks, hc...)
 	}
-	plan, err := newPurgePlan(p.cluster, node, entries, checks)
+	plan, err := newPurgePlan(p.cluster, nodes, entries, checks)
 	plan.Claim, plan.ClaimHeld = claim, held
 	return plan, err
 }
 
-func (p purger) readNode(ctx context.Context) (*consulapi.Node, error) {
-	n, _, err := p.api.Catalog().Node(p.cluster.NodeName(), (&consulapi.QueryOptions{}).WithContext(ctx))
+// readNodes reads the cluster's nodes: those its node meta lists, and
+// k8s-<id> whatever its meta (a node of that name that is not marked as the
+// cluster's makes purge refuse, see nodeMarked).
+func (p purger) readNodes(ctx context.Context) ([]*consulapi.Node, error) {
+	names, err := p.store.Nodes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read node %s: %w", p.cluster.NodeName(), err)
+		return nil, err
 	}
-	if n == nil {
-		return nil, nil
+	if !slices.Contains(names, p.cluster.NodeName()) {
+		names = append([]string{p.cluster.NodeName()}, names...)
 	}
-	return n.Node, nil
+	var out []*consulapi.Node
+	for _, name := range names {
+		n, _, err := p.api.Catalog().Node(name, (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read node %s: %w", name, err)
+		}
+		if n != nil && n.Node != nil {
+			out = append(out, n.Node)
+		}
+	}
+	return out, nil
 }
 
 // purgeResult is what execute did.
@@ -230,18 +264,20 @@ func (p purger) execute(ctx context.Context, plan purgePlan) (purgeResult, error
 	}
 	res.Kept = after
 	if len(after.Owned) > 0 {
-		return res, fmt.Errorf("%d instances of cluster %s are on node %s again: is a fleetsync with --cluster-id=%s still running?",
-			len(after.Owned), p.cluster.ID(), p.cluster.NodeName(), p.cluster.ID())
+		return res, fmt.Errorf("%d instances of cluster %s are on %s again: is a fleetsync with --cluster-id=%s still running?",
+			len(after.Owned), p.cluster.ID(), after.nodeNames(), p.cluster.ID())
 	}
 	if err := after.refusal(); err != nil {
 		return res, err
 	}
 	if after.RemovesNode() {
-		// The node is marked (plan checked it just now) and holds
-		// nothing: deregister the node alone.
-		if _, err := p.api.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: p.cluster.NodeName()},
-			(&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-			return res, fmt.Errorf("deregister node %s: %w", p.cluster.NodeName(), err)
+		// The nodes are marked (plan checked them just now) and hold
+		// nothing: deregister each node alone.
+		for _, name := range after.Nodes {
+			if _, err := p.api.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: name},
+				(&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+				return res, fmt.Errorf("deregister node %s: %w", name, err)
+			}
 		}
 		res.NodeRemoved = true
 	}
@@ -307,8 +343,8 @@ func writePurgePlan(w io.Writer, plan purgePlan, yes bool) {
 		verb = "Deregistering"
 	}
 	by := servicesOf(plan.Owned)
-	fmt.Fprintf(w, "%s %d instances of %d services carrying cluster %s's mark, from node %s:\n",
-		verb, len(plan.Owned), len(by), c.ID(), c.NodeName())
+	fmt.Fprintf(w, "%s %d instances of %d services carrying cluster %s's mark, from %s:\n",
+		verb, len(plan.Owned), len(by), c.ID(), plan.nodeNames())
 	if len(by) > 0 {
 		names := make([]string, 0, len(by))
 		for n := range by {
@@ -332,7 +368,7 @@ func writeNodeFate(w io.Writer, plan purgePlan, done bool) {
 	c := plan.Cluster
 	if plan.RemovesNode() {
 		if !done {
-			fmt.Fprintf(w, "Would then deregister node %s: nothing else is on it.\n", c.NodeName())
+			fmt.Fprintf(w, "Would then deregister %s: nothing else is on it.\n", plan.nodeNames())
 			if plan.RemovesClaim() {
 				fmt.Fprintf(w, "Would then remove the released claim of cluster id %s.\n", c.ID())
 			}
@@ -350,8 +386,12 @@ func writeNodeFate(w io.Writer, plan purgePlan, done bool) {
 	if done {
 		verb = "Kept"
 	}
-	fmt.Fprintf(w, "%s node %s: %d entries without cluster %s's mark stay on it (%s).\n",
-		verb, c.NodeName(), len(kept), c.ID(), strings.Join(kept, "; "))
+	it := "it"
+	if len(plan.Nodes) > 1 {
+		it = "them"
+	}
+	fmt.Fprintf(w, "%s %s: %d entries without cluster %s's mark stay on %s (%s).\n",
+		verb, plan.nodeNames(), len(kept), c.ID(), it, strings.Join(kept, "; "))
 }
 
 func writePurgeResult(w io.Writer, res purgeResult) {
@@ -361,7 +401,7 @@ func writePurgeResult(w io.Writer, res purgeResult) {
 	}
 	switch {
 	case res.NodeRemoved:
-		fmt.Fprintf(w, "Deregistered node %s.\n", res.Cluster.NodeName())
+		fmt.Fprintf(w, "Deregistered %s.\n", purgePlan{Cluster: res.Cluster, Nodes: res.Kept.Nodes}.nodeNames())
 	case res.Kept.NodeFound && len(res.Kept.Owned) == 0:
 		writeNodeFate(w, res.Kept, true)
 	}

@@ -25,8 +25,24 @@ func TestNewPurgePlan(t *testing.T) {
 	serviceCheck := &consulapi.HealthCheck{CheckID: consul.CheckID("x"), ServiceID: "x"}
 	nodeCheck := &consulapi.HealthCheck{CheckID: "serfHealth"}
 
+	t.Run("spread over nodes: all of them go", func(t *testing.T) {
+		third := markedNode(east)
+		third.Node = east.NodeName() + ".3"
+		onThird := owned(east, "api", "10.0.0.3", consul.StatusPassing, 7, 8)
+		onThird.Node = third.Node
+		p, err := newPurgePlan(east, []*consulapi.Node{third, markedNode(east)}, append([]consul.Registered{onThird}, ours...), nil)
+		if err != nil || len(p.Owned) != 3 || !p.RemovesNode() || p.nodeNames() != "nodes k8s-east, k8s-east.3" {
+			t.Fatalf("plan %+v (%s), err %v", p, p.nodeNames(), err)
+		}
+		foreign := markedNode(west)
+		foreign.Node = east.NodeName() + ".5" // named like ours, marked as west's
+		if _, err := newPurgePlan(east, []*consulapi.Node{markedNode(east), foreign}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east.5") {
+			t.Errorf("a node named like ours with west's mark: err = %v, want a refusal naming it", err)
+		}
+	})
+
 	t.Run("only ours: everything goes, node included", func(t *testing.T) {
-		p, err := newPurgePlan(east, markedNode(east), ours, consulapi.HealthChecks{serviceCheck})
+		p, err := newPurgePlan(east, []*consulapi.Node{markedNode(east)}, ours, consulapi.HealthChecks{serviceCheck})
 		if err != nil || !p.NodeFound || len(p.Owned) != 2 || len(p.Foreign) != 0 || !p.RemovesNode() {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
@@ -35,13 +51,13 @@ func TestNewPurgePlan(t *testing.T) {
 		}
 	})
 	t.Run("entries without our mark keep the node", func(t *testing.T) {
-		p, err := newPurgePlan(east, markedNode(east), append([]consul.Registered{unmarked, westMarked}, ours...), nil)
+		p, err := newPurgePlan(east, []*consulapi.Node{markedNode(east)}, append([]consul.Registered{unmarked, westMarked}, ours...), nil)
 		if err != nil || len(p.Owned) != 2 || len(p.Foreign) != 2 || p.RemovesNode() {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
 	})
 	t.Run("a node-level check keeps the node", func(t *testing.T) {
-		p, err := newPurgePlan(east, markedNode(east), ours, consulapi.HealthChecks{nodeCheck, serviceCheck})
+		p, err := newPurgePlan(east, []*consulapi.Node{markedNode(east)}, ours, consulapi.HealthChecks{nodeCheck, serviceCheck})
 		if err != nil || p.RemovesNode() || len(p.NodeChecks) != 1 || p.NodeChecks[0] != "serfHealth" {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
@@ -59,7 +75,7 @@ func TestNewPurgePlan(t *testing.T) {
 			nil,
 		} {
 			n := &consulapi.Node{Node: east.NodeName(), Meta: meta}
-			if _, err := newPurgePlan(east, n, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east") {
+			if _, err := newPurgePlan(east, []*consulapi.Node{n}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east") {
 				t.Errorf("meta %v: err %v", meta, err)
 			}
 		}

@@ -154,6 +154,7 @@ type statusReport struct {
 type clusterStatus struct {
 	ClusterID          string         `json:"cluster_id"`
 	Node               string         `json:"node"`
+	Nodes              int            `json:"nodes"` // synthetic nodes in Consul (see --consul-nodes)
 	Services           int            `json:"services"`
 	Instances          int            `json:"instances"`
 	Passing            int            `json:"passing"`
@@ -184,14 +185,23 @@ func readStatus(ctx context.Context, capi *consulapi.Client, claimPrefix string)
 	}
 	rep := statusReport{Index: meta.LastIndex, Clusters: []clusterStatus{}, Others: []otherNode{}}
 	seen := map[string]bool{}
+	type found struct {
+		cluster ownership.Cluster
+		index   uint64
+		nodes   int
+	}
+	var clusters []*found
+	byID := map[string]*found{}
 	for _, n := range nodes {
 		if cluster, ok := clusterOfNode(n); ok {
-			entries, err := consul.NewClient(capi, cluster, consul.Options{}).ReadNode(ctx)
-			if err != nil {
-				return statusReport{}, err
+			f := byID[cluster.ID()]
+			if f == nil {
+				f = &found{cluster: cluster}
+				byID[cluster.ID()] = f
+				clusters = append(clusters, f)
 			}
-			rep.Clusters = append(rep.Clusters, summarize(cluster, n.ModifyIndex, entries))
-			seen[cluster.ID()] = true
+			f.index = max(f.index, n.ModifyIndex)
+			f.nodes++
 			continue
 		}
 		list, _, err := capi.Catalog().NodeServiceList(n.Node, (&consulapi.QueryOptions{}).WithContext(ctx))
@@ -203,6 +213,16 @@ func readStatus(ctx context.Context, capi *consulapi.Client, claimPrefix string)
 			o.Entries = len(list.Services)
 		}
 		rep.Others = append(rep.Others, o)
+	}
+	for _, f := range clusters {
+		entries, err := consul.NewClient(capi, f.cluster, consul.Options{}).ReadNode(ctx)
+		if err != nil {
+			return statusReport{}, err
+		}
+		s := summarize(f.cluster, f.index, entries)
+		s.Nodes = f.nodes
+		rep.Clusters = append(rep.Clusters, s)
+		seen[f.cluster.ID()] = true
 	}
 	// Claimed ids without a node (nothing written yet, or purged) are
 	// clusters too.
@@ -250,13 +270,14 @@ func claimedIDs(ctx context.Context, capi *consulapi.Client, prefix string) ([]s
 }
 
 // clusterOfNode returns the cluster whose synthetic node n is: node meta
-// external-source=kubernetes and k8s-cluster=<id>, named k8s-<id>.
+// external-source=kubernetes and k8s-cluster=<id>, named k8s-<id> or
+// k8s-<id>.<n>.
 func clusterOfNode(n *consulapi.Node) (ownership.Cluster, bool) {
 	if n.Meta[ownership.MetaExternalSource] != ownership.ExternalSource {
 		return ownership.Cluster{}, false
 	}
 	c, err := ownership.New(n.Meta[ownership.MetaCluster])
-	if err != nil || c.NodeName() != n.Node {
+	if err != nil || !c.IsNode(n.Node) {
 		return ownership.Cluster{}, false
 	}
 	return c, true
@@ -304,8 +325,11 @@ func writeStatusTable(w io.Writer, rep statusReport) error {
 		fmt.Fprintln(tw, "CLUSTER\tNODE\tSERVICES\tINSTANCES\tPASSING\tWARNING\tCRITICAL\tFOREIGN\tLAST WRITE INDEX\tCLAIM")
 		for _, c := range rep.Clusters {
 			node := c.Node
-			if node == "" {
+			switch {
+			case node == "":
 				node = "-"
+			case c.Nodes > 1:
+				node = fmt.Sprintf("%s (+%d)", node, c.Nodes-1)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.ClusterID, node, c.Services, c.Instances,
 				c.Passing, c.Warning, c.Critical, c.Foreign, c.LastWriteIndex, claimText(c.Claim))

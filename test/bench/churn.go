@@ -104,7 +104,7 @@ func (b *bench) churn() error {
 	}
 	var lags []float64
 	for len(want) > 0 {
-		state, _, err := b.nodeState(ourNode, svcPrefix)
+		state, _, err := b.nodeState(svcPrefix)
 		if err != nil {
 			smp.finish()
 			return err

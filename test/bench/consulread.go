@@ -65,25 +65,34 @@ func (b *bench) waitNames(prefix string, n int, every, timeout time.Duration) (t
 	}
 }
 
-// nodeState reads every instance on node whose service name starts with
-// prefix: service name -> sorted "address:port" list, and the total.
-func (b *bench) nodeState(node, prefix string) (map[string][]string, int, error) {
-	q := (&consulapi.QueryOptions{}).WithContext(b.ctx)
-	list, _, err := b.consul.Client.Catalog().NodeServiceList(node, q)
+// clusterMeta selects the daemons' Consul nodes (k8s-bench, k8s-bench.1, ...).
+var clusterMeta = map[string]string{"k8s-cluster": clusterID}
+
+// nodeState reads every instance on the daemons' nodes whose service name
+// starts with prefix: service name -> sorted "address:port" list, and the
+// total.
+func (b *bench) nodeState(prefix string) (map[string][]string, int, error) {
+	nodes, _, err := b.consul.Client.Catalog().Nodes((&consulapi.QueryOptions{NodeMeta: clusterMeta}).WithContext(b.ctx))
 	if err != nil {
-		return nil, 0, fmt.Errorf("consul /v1/catalog/node-services/%s: %w", node, err)
+		return nil, 0, fmt.Errorf("consul /v1/catalog/nodes: %w", err)
 	}
 	out := map[string][]string{}
 	total := 0
-	if list == nil {
-		return out, 0, nil
-	}
-	for _, s := range list.Services {
-		if !strings.HasPrefix(s.Service, prefix) {
+	for _, n := range nodes {
+		list, _, err := b.consul.Client.Catalog().NodeServiceList(n.Node, (&consulapi.QueryOptions{}).WithContext(b.ctx))
+		if err != nil {
+			return nil, 0, fmt.Errorf("consul /v1/catalog/node-services/%s: %w", n.Node, err)
+		}
+		if list == nil {
 			continue
 		}
-		out[s.Service] = append(out[s.Service], fmt.Sprintf("%s:%d", s.Address, s.Port))
-		total++
+		for _, s := range list.Services {
+			if !strings.HasPrefix(s.Service, prefix) {
+				continue
+			}
+			out[s.Service] = append(out[s.Service], fmt.Sprintf("%s:%d", s.Address, s.Port))
+			total++
+		}
 	}
 	for _, v := range out {
 		sort.Strings(v)
@@ -91,10 +100,10 @@ func (b *bench) nodeState(node, prefix string) (map[string][]string, int, error)
 	return out, total, nil
 }
 
-// serviceAddrs reads the instances of one Consul service on our node: the
+// serviceAddrs reads the instances of one Consul service on our nodes: the
 // sorted addresses and the index, blocking when waitIndex > 0.
 func (b *bench) serviceAddrs(name string, waitIndex uint64, wait time.Duration) ([]string, uint64, error) {
-	q := (&consulapi.QueryOptions{WaitIndex: waitIndex, WaitTime: wait, Filter: fmt.Sprintf("Node == %q", ourNode)}).WithContext(b.ctx)
+	q := (&consulapi.QueryOptions{WaitIndex: waitIndex, WaitTime: wait, NodeMeta: clusterMeta}).WithContext(b.ctx)
 	entries, meta, err := b.consul.Client.Catalog().Service(name, "", q)
 	if err != nil {
 		return nil, 0, fmt.Errorf("consul /v1/catalog/service/%s: %w", name, err)

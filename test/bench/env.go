@@ -20,12 +20,11 @@ import (
 )
 
 const (
-	clusterID = "bench"     // the real-stack daemons' cluster id
-	benchNS   = "bench"     // cold start, idle, memory, restart, latency, churn
-	rolloutNS = "rollout"   // the rolled-out Services
-	compareNS = "compare"   // the 200 x 5 cold start (consul-k8s's size)
-	svcPrefix = "bench-"    // Consul service names of benchNS
-	ourNode   = "k8s-bench" // the daemons' Consul node
+	clusterID = "bench"   // the real-stack daemons' cluster id
+	benchNS   = "bench"   // cold start, idle, memory, restart, latency, churn
+	rolloutNS = "rollout" // the rolled-out Services
+	compareNS = "compare" // the 200 x 5 cold start (consul-k8s's size)
+	svcPrefix = "bench-"  // Consul service names of benchNS
 
 	// quietConsul turns off coordinate updates, the only Raft applies a dev
 	// agent makes by itself, so consul_raft_apply counts fleetsync's
@@ -149,6 +148,7 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	if b.opts.pprof {
 		args = append(args, "--enable-pprof")
 	}
+	args = append([]string{fmt.Sprintf("--consul-nodes=%d", b.consulNodes())}, args...)
 	d, err := fixture.SpawnDaemon(b.ctx, fixture.DaemonConfig{
 		ClusterID: clusterID, Kubeconfig: b.kube.KubeconfigPath, ConsulAddr: b.consul.Addr,
 		Namespaces: namespaces, Name: name,
@@ -161,6 +161,16 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	}
 	b.daemon = d
 	return d, nil
+}
+
+// consulNodes is the daemons' --consul-nodes: as set, else one node per
+// 200 Services of the largest size this run starts (the advice in
+// docs/scaling.md).
+func (b *bench) consulNodes() int {
+	if b.opts.consulNodes > 0 {
+		return b.opts.consulNodes
+	}
+	return max(1, max(b.opts.services, b.opts.memoryLarge)/200)
 }
 
 // stopDaemon stops the running daemon (SIGTERM, then its shutdown).

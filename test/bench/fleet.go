@@ -57,7 +57,7 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	// Names appear with all their instances (one transaction each); check
 	// the count once, and keep looking if it is short.
 	for {
-		_, total, err := b.nodeState(ourNode, prefix)
+		_, total, err := b.nodeState(prefix)
 		if err != nil {
 			return r, err
 		}
@@ -345,7 +345,7 @@ func (b *bench) restart() error {
 	go func() {
 		least := math.MaxInt
 		for watchCtx.Err() == nil {
-			if _, total, err := b.nodeState(ourNode, svcPrefix); err == nil {
+			if _, total, err := b.nodeState(svcPrefix); err == nil {
 				least = min(least, total)
 			}
 			_ = sleep(watchCtx, 250*time.Millisecond)

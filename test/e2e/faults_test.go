@@ -139,10 +139,10 @@ func svcSet(t *testing.T, e *env, prefix string, n, eps, base int) ([]string, []
 
 func (e *env) waitCount(c *consulapi.Client, want int, timeout time.Duration) {
 	e.t.Helper()
-	eventually(e.t, timeout, fmt.Sprintf("%d instances on %s", want, e.node()), func() error {
-		n, err := fixture.NodeServiceCount(c, e.node())
+	eventually(e.t, timeout, fmt.Sprintf("%d instances on the nodes of %s", want, e.cluster), func() error {
+		n, nodes, err := fixture.ClusterServiceCount(c, e.cluster)
 		if err != nil || n != want {
-			return fmt.Errorf("%d instances (%v)", n, err)
+			return fmt.Errorf("%d instances on %d nodes (%v)", n, nodes, err)
 		}
 		return nil
 	})

@@ -104,10 +104,14 @@ func TestTLSAndTokenRotation(t *testing.T) {
 	}
 	must(t, untrusting.Close())
 
-	d := start("fleetsync-tls", "--consul-ca-file="+caFile)
+	// Spread over 8 nodes: the policy's node_prefix rule is what lets it
+	// write k8s-<id>.1 to .7 and list them.
+	d := start("fleetsync-tls", "--consul-ca-file="+caFile, "--consul-nodes=8")
 	must(t, d.WaitReady(e.ctx, 30*time.Second))
 	e.waitCount(own.Client, len(keys), 15*time.Second)
-	t.Logf("synced %d instances over HTTPS with token A", len(keys))
+	_, nodes, err := fixture.ClusterServiceCount(own.Client, e.cluster)
+	must(t, err)
+	t.Logf("synced %d instances over HTTPS with token A, on %d nodes", len(keys), nodes)
 
 	rotate := func(secret string, changes int) {
 		t.Helper()
@@ -132,7 +136,7 @@ func TestTLSAndTokenRotation(t *testing.T) {
 		}
 		return nil
 	})
-	if n, _ := fixture.NodeServiceCount(own.Client, e.node()); n != len(keys) {
+	if n, _, _ := fixture.ClusterServiceCount(own.Client, e.cluster); n != len(keys) {
 		t.Fatalf("%d instances written with an unknown token", n)
 	}
 	// Rotate to token B and delete token A: the pending change lands.
@@ -164,6 +168,7 @@ func TestTLSAndTokenRotation(t *testing.T) {
 // aclRules is the least-privilege policy of docs/operations.md.
 const aclRules = `
 node "k8s-<cluster-id>" { policy = "write" }
+node_prefix "k8s-<cluster-id>." { policy = "write" }
 service_prefix "" { policy = "write" }
 session_prefix "" { policy = "write" }
 key_prefix "fleetsync/clusters/" { policy = "write" }

@@ -13,6 +13,7 @@
 - {{ print "--consul-max-writes-per-second=" .Values.writeBudget.maxWritesPerSecond | toJson }}
 - {{ print "--consul-write-burst=" (int .Values.writeBudget.burst) | toJson }}
 - {{ print "--consul-max-inflight=" (int .Values.writeBudget.maxInflight) | toJson }}
+- {{ print "--consul-nodes=" (int .Values.consul.nodes) | toJson }}
 - {{ print "--metrics-per-worker=" .Values.metrics.perWorker | toJson }}
 - {{ print "--http-addr=:" (int .Values.httpPort) | toJson }}
 - {{ print "--shutdown-timeout=" .Values.shutdownTimeout | toJson }}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/test/fixture"
+)
+
+// clusterNodes maps each of the cluster's nodes in Consul (by node meta) to
+// the IDs of the service entries on it.
+func clusterNodes(t *testing.T, cluster string) map[string][]string {
+	t.Helper()
+	nodes, _, err := consul.Client.Catalog().Nodes(&consulapi.QueryOptions{NodeMeta: map[string]string{ownership.MetaCluster: cluster}})
+	must(t, err)
+	out := map[string][]string{}
+	for _, n := range nodes {
+		list, _, err := consul.Client.Catalog().NodeServiceList(n.Node, nil)
+		must(t, err)
+		out[n.Node] = nil
+		if list != nil {
+			for _, s := range list.Services {
+				out[n.Node] = append(out[n.Node], s.ID)
+			}
+		}
+	}
+	return out
+}
+
+// TestSpreadOverConsulNodes: with --consul-nodes=4 a cluster's instances
+// spread over k8s-<id>, k8s-<id>.1, .2 and .3, every Service's instances on
+// the node of its hash; restarts (with the same or another number of
+// nodes) write nothing, a Service deleted while the daemon is down leaves
+// its node, and purge removes every node of the cluster.
+func TestSpreadOverConsulNodes(t *testing.T) {
+	e := newEnv(t)
+	ctx, c := e.ctx, kube.Client
+	const services, perService, nodes = 40, 3, 4
+	ports := map[string]int32{"http": 80}
+	for i := range services {
+		name := fmt.Sprintf("svc-%d", i)
+		must(t, fixture.ApplyService(ctx, c, fixture.Service(e.ns, name, map[string]string{optIn: "true"}, ports)))
+		must(t, fixture.ApplySlice(ctx, c, fixture.Slice(e.ns, name, name+"-a", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(i, 0, perService))))
+	}
+	cluster, err := ownership.New(e.cluster)
+	must(t, err)
+	spread, err := cluster.WithNodes(nodes)
+	must(t, err)
+	d := e.daemon(fmt.Sprintf("--consul-nodes=%d", nodes))
+	want := services * perService
+	var placed map[string][]string
+	eventually(t, 30*time.Second, "all instances registered", func() error {
+		placed = clusterNodes(t, e.cluster)
+		n := 0
+		for _, ids := range placed {
+			n += len(ids)
+		}
+		if n != want {
+			return fmt.Errorf("%d of %d instances on %d nodes", n, want, len(placed))
+		}
+		return nil
+	})
+	var names []string
+	for node, ids := range placed {
+		names = append(names, fmt.Sprintf("%s=%d", node, len(ids)))
+		for _, id := range ids {
+			if at := spread.NodeFor(id).Name; at != node {
+				t.Errorf("instance %s on %s, want %s", id, node, at)
+			}
+		}
+	}
+	sort.Strings(names)
+	t.Logf("%d instances of %d Services on %d nodes: %s", want, services, len(placed), strings.Join(names, " "))
+	if len(placed) != nodes {
+		t.Fatalf("instances on %d nodes, want %d", len(placed), nodes)
+	}
+
+	// Restart with the same nodes, then with one node: nothing moves,
+	// nothing is written, every instance stays owned.
+	for _, args := range [][]string{d.Args, append(append([]string{}, d.Args...), "--consul-nodes=1")} {
+		d.Args = args
+		txns := catalogTxns(t)
+		must(t, d.Restart(ctx, false))
+		must(t, d.WaitReady(ctx, 30*time.Second))
+		status, body, err := d.Get(ctx, "/debug/workers", "")
+		must(t, err)
+		if status != 200 || strings.Count(body, `"service"`) != services {
+			t.Fatalf("/debug/workers after restart: %d, %d workers", status, strings.Count(body, `"service"`))
+		}
+		if w := catalogTxns(t) - txns; w != 0 {
+			t.Errorf("restart with %s: %v catalog writes, want 0", args[len(args)-1], w)
+		}
+	}
+
+	// Delete a Service that is not on the first node while the daemon is
+	// down: after the restart its instances leave their node.
+	var victim, victimNode string
+	for i := range services {
+		name := fmt.Sprintf("svc-%d", i)
+		if n := spread.NodeFor(cluster.InstanceID(e.ns, name, "10.0.0.1", 80)).Name; n != cluster.NodeName() {
+			victim, victimNode = name, n
+			break
+		}
+	}
+	must(t, d.Stop())
+	must(t, c.CoreV1().Services(e.ns).Delete(ctx, victim, metav1.DeleteOptions{}))
+	must(t, d.Restart(ctx, false))
+	must(t, d.WaitReady(ctx, 30*time.Second))
+	eventually(t, 15*time.Second, victim+" deregistered from "+victimNode, func() error {
+		for _, id := range clusterNodes(t, e.cluster)[victimNode] {
+			if strings.HasPrefix(id, cluster.IDPrefix(e.ns, victim)) {
+				return fmt.Errorf("%s still on %s", id, victimNode)
+			}
+		}
+		return nil
+	})
+
+	// Purge (the daemon stopped, its claim released): every node goes.
+	must(t, d.Stop())
+	bin, err := fixture.Build()
+	must(t, err)
+	out, err := exec.CommandContext(ctx, bin, "purge", "--cluster-id="+e.cluster, "--consul-address="+consul.Addr, "--yes").CombinedOutput()
+	t.Logf("fleetsync purge --yes:\n%s", out)
+	if err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	if left := clusterNodes(t, e.cluster); len(left) != 0 {
+		t.Errorf("after purge the cluster still has nodes %v", left)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("Deregistered %d instances", want-perService)) {
+		t.Errorf("purge output does not report %d instances", want-perService)
+	}
+}
