@@ -342,7 +342,9 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			res.finished = !w.selected() && len(w.owned) == 0
 			return res, nil
 		}
-		if ch, err = w.acquire(ctx, ch, s.isolated); err != nil || ch.Empty() {
+		high := s.isolated || (len(ch.Register) == 0 && len(ch.Update) == 0)
+		ch = consul.Change{} // not held while waiting for the budget: acquire diffs again
+		if ch, err = w.acquire(ctx, high); err != nil || ch.Empty() {
 			return res, err
 		}
 		applied, err := w.opts.Store.Apply(ctx, ch)
@@ -380,22 +382,21 @@ type Budgeter interface {
 // latest state is what gets written (or nothing, if it now agrees). High
 // priority goes to isolated changes and to changes that only remove
 // instances.
-func (w *Worker) acquire(ctx context.Context, ch consul.Change, isolated bool) (consul.Change, error) {
-	b, ok := w.opts.Store.(Budgeter)
-	if !ok {
-		return ch, nil
-	}
-	high := isolated || (len(ch.Register) == 0 && len(ch.Update) == 0)
-	permit, err := b.Acquire(ctx, high)
-	if err != nil {
-		return ch, err
+func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) {
+	var permit consul.Permit
+	if b, ok := w.opts.Store.(Budgeter); ok {
+		p, err := b.Acquire(ctx, high)
+		if err != nil {
+			return consul.Change{}, err
+		}
+		permit = p
 	}
 	desired, r, err := w.desired()
 	if err != nil || r.invalid {
 		permit.Release()
 		return consul.Change{}, err
 	}
-	ch = Diff(desired, w.owned)
+	ch := Diff(desired, w.owned)
 	if ch.Empty() {
 		permit.Release()
 		return ch, nil
