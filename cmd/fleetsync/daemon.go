@@ -31,6 +31,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	log := hclog.New(&hclog.LoggerOptions{
 		Name: "fleetsync", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: logOut,
 	}).With("cluster", cfg.ClusterID)
+	mem := planMemory(os.Getenv, cgroupMemoryLimit)
+	mem.apply()
 	cluster, err := ownership.New(cfg.ClusterID)
 	if err == nil {
 		cluster, err = cluster.WithNodes(cfg.ConsulNodes)
@@ -104,7 +106,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: newMux(sup, reg, health, cfg), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", ccfg.Address, "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile)
+	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", ccfg.Address, "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
+		"gc_percent", mem.GCPercent, "memory_limit_bytes", mem.Limit)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

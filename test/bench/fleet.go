@@ -320,8 +320,9 @@ func (b *bench) memoryLarge() error {
 	b.res.add("memory", fmt.Sprintf("per Service (x%d endpoints), RSS slope", b.opts.endpoints), math.Round(perRSS/1024*10)/10, "KiB", fmt.Sprintf("(RSS at %d - RSS at %d) / %d", hi.services, lo.services, int(dn)))
 	b.res.add("memory", fmt.Sprintf("per Service (x%d endpoints), heap slope", b.opts.endpoints), math.Round(perHeap/1024*10)/10, "KiB", "same, Go heap in use")
 	b.res.add("memory", "fixed RSS (intercept at 0 Services)", math.Round((lo.rss-perRSS*float64(lo.services))/mib*10)/10, "MiB", "")
-	proj := hi.rss + perRSS*float64(100000-hi.services)
-	b.res.add("memory", "projected RSS at 100,000 Services (linear)", math.Round(proj/mib), "MiB", "from the two points above")
+	proj := hi.rss + perRSS*float64(10000-hi.services)
+	b.res.add("memory", fmt.Sprintf("projected RSS at 10,000 Services x %d (linear)", b.opts.endpoints), math.Round(proj/mib), "MiB",
+		"from the two points above; the DESIGN target is < 512 MiB at 10,000 x 10")
 	return nil
 }
 
