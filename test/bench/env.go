@@ -164,13 +164,13 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 }
 
 // consulNodes is the daemons' --consul-nodes: as set, else one node per
-// 200 Services of the largest size this run starts (the advice in
+// 100 Services of the largest size this run starts (the advice in
 // docs/scaling.md).
 func (b *bench) consulNodes() int {
 	if b.opts.consulNodes > 0 {
 		return b.opts.consulNodes
 	}
-	return max(1, max(b.opts.services, b.opts.memoryLarge)/200)
+	return max(1, max(b.opts.services, b.opts.memoryLarge)/100)
 }
 
 // stopDaemon stops the running daemon (SIGTERM, then its shutdown).
