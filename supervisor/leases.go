@@ -189,7 +189,7 @@ func (m *ShardManager) watch(ctx context.Context) (stop func(), ok bool) {
 	f := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithNamespace(m.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelCluster + "=" + m.cfg.ClusterID }))
 	inf := f.Coordination().V1().Leases()
-	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    m.sight,
 		UpdateFunc: func(_, obj any) { m.sight(obj) },
 		DeleteFunc: func(obj any) {
@@ -212,11 +212,11 @@ func (m *ShardManager) watch(ctx context.Context) (stop func(), ok bool) {
 	wctx, cancel := context.WithCancel(ctx)
 	f.Start(wctx.Done())
 	stop = func() { cancel(); f.Shutdown() }
-	for typ, synced := range f.WaitForCacheSync(wctx.Done()) {
-		if !synced {
-			m.log.Warn("Lease watch did not sync", "type", typ.String())
-			return stop, false
-		}
+	// The handler's own sync: every Lease of the first list sighted (the
+	// informer's store can be synced before its handlers have seen it).
+	if !cache.WaitForCacheSync(wctx.Done(), reg.HasSynced) {
+		m.log.Warn("Lease watch did not sync")
+		return stop, false
 	}
 	return stop, true
 }
