@@ -12,9 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
-
-	"github.com/fleetsync/fleetsync/ownership"
-	"github.com/fleetsync/fleetsync/worker"
 )
 
 // fakeNow is a settable clock for lease sightings.
@@ -58,25 +55,9 @@ func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
 
 	w, store := newFakeWatcher(), newMemStore()
 	close(w.synced)
-	cluster, _ := ownership.New("c")
-	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
-		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
-		Watcher: w, Store: store, Shards: 2, DrainTimeout: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sup.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	f := &fixture{w: w, store: store, sup: sup}
-	f.waitFor(t, "bootstrap", sup.Bootstrapped)
-
-	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 2,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
-	stop, ok := m.watch(ctx)
-	defer stop()
-	if !ok {
-		t.Fatal("lease watch did not sync")
-	}
-	defer m.shutdown()
+	f, ctx := startSharded(t, w, store, "c", 2)
+	sup := f.sup
+	m := startManager(t, ctx, client, sup, 2, clock)
 	t0 := clock.Now()
 
 	if next := m.reconcile(ctx, true); !next.Equal(t0.Add(15 * time.Second)) {
@@ -126,25 +107,9 @@ func TestTakeOverKeepsTheQuota(t *testing.T) {
 		shardLease("fleetsync-c-shard-2", "dead", now), shardLease("fleetsync-c-shard-3", "dead", now))
 	w, store := newFakeWatcher(), newMemStore()
 	close(w.synced)
-	cluster, _ := ownership.New("c")
-	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
-		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
-		Watcher: w, Store: store, Shards: 4, DrainTimeout: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sup.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	f := &fixture{w: w, store: store, sup: sup}
-	f.waitFor(t, "bootstrap", sup.Bootstrapped)
-
-	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 4,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
-	stop, ok := m.watch(ctx)
-	defer stop()
-	if !ok {
-		t.Fatal("lease watch did not sync")
-	}
-	defer m.shutdown()
+	f, ctx := startSharded(t, w, store, "c", 4)
+	sup := f.sup
+	m := startManager(t, ctx, client, sup, 4, clock)
 	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-other", Namespace: "leases",
 		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
 	if _, err := client.CoordinationV1().Leases("leases").Create(ctx, other, metav1.CreateOptions{}); err != nil {
@@ -185,6 +150,21 @@ func assertHolders(t *testing.T, ctx context.Context, c kubernetes.Interface, wa
 	}
 }
 
+// startManager runs the shard watch of a manager "me" of cluster c (15 s
+// leases, sightings on clock) until the test ends; the test drives
+// reconcile itself.
+func startManager(t *testing.T, ctx context.Context, client kubernetes.Interface, sup *Supervisor, shards int, clock *fakeNow) *ShardManager {
+	t.Helper()
+	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: shards,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
+	stop, ok := m.watch(ctx)
+	t.Cleanup(func() { m.shutdown(); stop() })
+	if !ok {
+		t.Fatal("lease watch did not sync")
+	}
+	return m
+}
+
 func renewLease(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, at time.Time) {
 	t.Helper()
 	api := c.CoordinationV1().Leases("leases")
@@ -209,22 +189,8 @@ func TestCrashedReplicaLeasesAreDeleted(t *testing.T) {
 	client := fake.NewClientset(crashed, shardLease("fleetsync-c-shard-0", "crashed", clock.Now()))
 	w, store := newFakeWatcher(), newMemStore()
 	close(w.synced)
-	cluster, _ := ownership.New("c")
-	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
-		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
-		Watcher: w, Store: store, Shards: 2, DrainTimeout: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sup.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 2,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
-	stop, ok := m.watch(ctx)
-	defer stop()
-	if !ok {
-		t.Fatal("lease watch did not sync")
-	}
-	defer m.shutdown()
+	f, ctx := startSharded(t, w, store, "c", 2)
+	m := startManager(t, ctx, client, f.sup, 2, clock)
 	exists := func(name string) bool {
 		_, err := client.CoordinationV1().Leases("leases").Get(ctx, name, metav1.GetOptions{})
 		return err == nil

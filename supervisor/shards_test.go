@@ -49,16 +49,8 @@ func TestGainAndLoseShards(t *testing.T) {
 	w.services[a] = service(a.Namespace, a.Name, "10.0.0.1")
 	w.services[b] = service(b.Namespace, b.Name, "10.0.0.2")
 	close(w.synced)
-	cluster, _ := ownership.New("test")
-	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
-		Worker:  worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
-		Watcher: w, Store: store, Shards: 2, DrainTimeout: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sup.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	f := &fixture{w: w, store: store, sup: sup}
-	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+	f, ctx := startSharded(t, w, store, "test", 2)
+	sup, cluster := f.sup, f.cluster
 	if sup.Len() != 0 {
 		t.Fatalf("%d workers with no shard held", sup.Len())
 	}
@@ -91,4 +83,25 @@ func (m *memStore) appliesN() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.applies
+}
+
+// startSharded runs a supervisor of cluster over w (already synced) and
+// store, holding none of its shards, until the test ends; it returns once
+// the supervisor has bootstrapped.
+func startSharded(t *testing.T, w *fakeWatcher, store *memStore, cluster string, shards int) (*fixture, context.Context) {
+	t.Helper()
+	c, err := ownership.New(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := New(Options{Selector: Selector{Allow: []string{"*"}},
+		Worker:  worker.Config{Cluster: c, Terminating: worker.TerminatingWarning},
+		Watcher: w, Store: store, Shards: shards, DrainTimeout: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f := &fixture{w: w, store: store, sup: sup, cluster: c}
+	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+	return f, ctx
 }
