@@ -225,4 +225,25 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	if ok, err := c.NodeExists(ctx); !ok || err != nil {
 		t.Fatalf("NodeExists = %t, %v", ok, err)
 	}
+
+	// A move: an instance written on the first node (one node then) that
+	// belongs on the second now is deleted there and registered here in one
+	// group, so in one transaction.
+	single := NewClient(a.Client, testOwner{id: owner.id}, Options{})
+	odd := owner.instance(11, "moving")
+	if _, err := single.Apply(ctx, Change{Register: []Instance{odd}}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.ReadService(ctx, "moving")
+	if err != nil || len(before) != 1 || before[0].Node != "k8s-spreadtest" {
+		t.Fatalf("before the move: %+v, %v", before, err)
+	}
+	moved, err := c.Apply(ctx, Change{Deregister: before, Register: []Instance{odd}})
+	if err != nil || moved.Txns != 1 || moved.Registered != 1 || moved.Deregistered != 1 || len(moved.Written) != 1 || moved.Written[0].Node != "k8s-spreadtest.1" {
+		t.Fatalf("move: %+v, %v; want one transaction writing it on k8s-spreadtest.1", moved, err)
+	}
+	after, err := c.ReadService(ctx, "moving")
+	if err != nil || len(after) != 1 || after[0].Node != "k8s-spreadtest.1" || after[0].ServiceIndex != moved.Written[0].ServiceIndex {
+		t.Fatalf("after the move: %+v, %v", after, err)
+	}
 }

@@ -25,7 +25,7 @@ type Applied struct {
 type group struct {
 	ops   api.TxnOps
 	bytes int
-	kind  int         // kindRegister, kindUpdate or kindDeregister
+	kind  int         // kindRegister, kindUpdate, kindDeregister or kindMove
 	node  string      // where the instance is, or goes
 	want  Instance    // register and update
 	have  *Registered // update and deregister
@@ -35,6 +35,7 @@ const (
 	kindRegister = iota
 	kindUpdate
 	kindDeregister
+	kindMove // deregistered and registered again under the same ID (renamed or on another node)
 )
 
 // Apply writes ch as few transactions as the limits allow, deletes first.
@@ -92,6 +93,9 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 				done.Registered++
 			case kindUpdate:
 				done.Updated++
+			case kindMove:
+				done.Deregistered++
+				done.Registered++
 			default:
 				done.Deregistered++
 			}
@@ -103,14 +107,27 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 
 func (c *Client) plan(ch Change) ([]group, error) {
 	groups := make([]group, 0, ch.Len())
+	// An ID both deregistered and registered (a renamed instance, or one on
+	// another node than it belongs) is one group: its delete and its new
+	// registration share a transaction, so it never leaves the catalog.
+	registering := make(map[string]bool, len(ch.Register))
+	for _, in := range ch.Register {
+		registering[in.ID] = true
+	}
+	moving := map[string]*api.TxnOp{}
 	for _, r := range ch.Deregister {
 		if err := c.owner.Owns(r); err != nil {
 			return nil, fmt.Errorf("%w: deregister %s: %w", ErrRefused, r.ID, err)
 		}
-		g := newGroup(r.Node, kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{
+		del := &api.TxnOp{Service: &api.ServiceTxnOp{
 			Verb: api.ServiceDeleteCAS, Node: r.Node,
 			Service: api.AgentService{ID: r.ID, Service: r.Name, ModifyIndex: r.ServiceIndex},
-		}})
+		}}
+		if registering[r.ID] {
+			moving[r.ID] = del
+			continue
+		}
+		g := newGroup(r.Node, kindDeregister, del)
 		g.have = &r
 		groups = append(groups, g)
 	}
@@ -141,6 +158,9 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		}
 		node := c.owner.NodeFor(in.ID).Name
 		g := newGroup(node, kindRegister, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
+		if del, ok := moving[in.ID]; ok {
+			g = newGroup(node, kindMove, del, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
+		}
 		g.want = in
 		groups = append(groups, g)
 	}

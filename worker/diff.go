@@ -8,10 +8,12 @@ import (
 
 // Diff returns the change that turns owned into desired. It is a pure
 // function: desired are stamped instances with unique IDs; owned are the
-// verified entries of this Service on our node, keyed by ID. An instance
-// whose Consul name changed is deregistered and registered again (the
-// catalog cannot rename a service entry in place).
-func Diff(desired []consul.Instance, owned map[string]consul.Registered) consul.Change {
+// verified entries of this Service on our nodes, keyed by ID; nodeOf names
+// the node an instance belongs on (nil: wherever it is). An instance whose
+// Consul name changed, or that sits on another node than nodeOf says (the
+// cluster's number of nodes changed), is deregistered and registered again
+// in the same change (the catalog cannot rename or move an entry in place).
+func Diff(desired []consul.Instance, owned map[string]consul.Registered, nodeOf func(id string) string) consul.Change {
 	var ch consul.Change
 	want := make(map[string]bool, len(desired))
 	for _, d := range desired {
@@ -20,7 +22,7 @@ func Diff(desired []consul.Instance, owned map[string]consul.Registered) consul.
 		switch {
 		case !ok:
 			ch.Register = append(ch.Register, d)
-		case have.Name != d.Name:
+		case have.Name != d.Name, nodeOf != nil && have.Node != nodeOf(d.ID):
 			ch.Deregister = append(ch.Deregister, have)
 			ch.Register = append(ch.Register, d)
 		case !d.Equal(have.Instance) || !have.HasCheck:

@@ -22,6 +22,9 @@ func ownedMap(rs ...consul.Registered) map[string]consul.Registered {
 	return m
 }
 
+// placeEast puts every instance on k8s-east, where registered puts them.
+func placeEast(string) string { return "k8s-east" }
+
 func TestDiff(t *testing.T) {
 	a := passing(ready("10.0.0.1", "a"), 8080)
 	b := passing(ready("10.0.0.2", "b"), 8080)
@@ -49,6 +52,8 @@ func TestDiff(t *testing.T) {
 	noCheck.HasCheck, noCheck.CheckIndex = false, 0
 	nilTags := registered(edit(a, func(i *consul.Instance) { i.Tags = nil }), 10)
 	emptyTags := edit(a, func(i *consul.Instance) { i.Tags = []string{} })
+	onNode3 := ra
+	onNode3.Node = "k8s-east.3"
 
 	tests := []struct {
 		name    string
@@ -87,6 +92,8 @@ func TestDiff(t *testing.T) {
 			want: consul.Change{Register: []consul.Instance{renamed}, Deregister: []consul.Registered{ra}}},
 		{name: "renamed and changed", desired: []consul.Instance{edit(renamed, func(i *consul.Instance) { i.Port = 1 })}, owned: ownedMap(ra),
 			want: consul.Change{Register: []consul.Instance{edit(renamed, func(i *consul.Instance) { i.Port = 1 })}, Deregister: []consul.Registered{ra}}},
+		{name: "on another node (fewer or more nodes now): deregister and register", desired: []consul.Instance{a, b}, owned: ownedMap(onNode3, rb),
+			want: consul.Change{Register: []consul.Instance{a}, Deregister: []consul.Registered{onNode3}}},
 		{name: "owned entry missing its check", desired: []consul.Instance{a}, owned: ownedMap(noCheck),
 			want: consul.Change{Update: []consul.Update{{Want: a, Have: noCheck}}}},
 		{name: "mixed", desired: []consul.Instance{tagged, c}, owned: ownedMap(rb, ra, registered(moved, 40)),
@@ -103,7 +110,7 @@ func TestDiff(t *testing.T) {
 				desired[i] = cloneInstance(d)
 			}
 			owned := maps.Clone(tt.owned)
-			got := Diff(tt.desired, tt.owned)
+			got := Diff(tt.desired, tt.owned, placeEast)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Diff:\n got %+v\nwant %+v", got, tt.want)
 			}
@@ -127,7 +134,7 @@ func TestDiff(t *testing.T) {
 			for _, r := range got.Register {
 				after[r.ID] = registered(r, 0)
 			}
-			if again := Diff(tt.desired, after); !again.Empty() {
+			if again := Diff(tt.desired, after, placeEast); !again.Empty() {
 				t.Errorf("change does not converge: %+v left", again)
 			}
 		})

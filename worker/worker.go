@@ -337,7 +337,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			return res, nil
 		}
 		res.desired = len(desired)
-		ch := Diff(desired, w.owned)
+		ch := Diff(desired, w.owned, w.nodeOf)
 		if ch.Empty() {
 			res.finished = !w.selected() && len(w.owned) == 0
 			return res, nil
@@ -396,7 +396,7 @@ func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) 
 		permit.Release()
 		return consul.Change{}, err
 	}
-	ch := Diff(desired, w.owned)
+	ch := Diff(desired, w.owned, w.nodeOf)
 	if ch.Empty() {
 		permit.Release()
 		return ch, nil
@@ -404,6 +404,9 @@ func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) 
 	ch.High, ch.Permit = high, permit
 	return ch, nil
 }
+
+// nodeOf names the Consul node an instance of this cluster belongs on.
+func (w *Worker) nodeOf(id string) string { return w.opts.Config.Cluster.NodeFor(id).Name }
 
 func (w *Worker) selected() bool {
 	_, sel := w.opts.Lookup()

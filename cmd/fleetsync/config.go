@@ -119,7 +119,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 
 	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
-	fs.IntVar(&c.ConsulNodes, "consul-nodes", 1, "spread the cluster's instances over this many synthetic Consul nodes (k8s-<id>, k8s-<id>.1, ...) by a hash of namespace/name; Consul's cost of a write grows with the services on its node, so large clusters want about one node per 100 Services (1,000 instances); changing it moves nothing (instances stay where they are until rewritten)")
+	fs.IntVar(&c.ConsulNodes, "consul-nodes", 1, "spread the cluster's instances over this many synthetic Consul nodes (k8s-<id>, k8s-<id>.1, ...) by a hash of namespace/name; Consul's cost of a write grows with the services on its node, so large clusters want about one node per 100 Services (1,000 instances); changing it moves each Service whose node changed, once, in one transaction per Service")
 	fs.IntVar(&c.MaxInflight, "consul-max-inflight", 8, "at most this many Consul transactions in flight at once (0: unlimited)")
 	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", "all", "per-worker metric series: all, none, or top-<K> most active workers")
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")

@@ -38,9 +38,10 @@ func clusterNodes(t *testing.T, cluster string) map[string][]string {
 
 // TestSpreadOverConsulNodes: with --consul-nodes=4 a cluster's instances
 // spread over k8s-<id>, k8s-<id>.1, .2 and .3, every Service's instances on
-// the node of its hash; restarts (with the same or another number of
-// nodes) write nothing, a Service deleted while the daemon is down leaves
-// its node, and purge removes every node of the cluster.
+// the node of its hash; a restart with the same nodes writes nothing; with
+// 2 nodes, each Service whose node changed moves in one transaction; a
+// Service deleted while the daemon is down leaves its node, and purge
+// removes every node of the cluster.
 func TestSpreadOverConsulNodes(t *testing.T) {
 	e := newEnv(t)
 	ctx, c := e.ctx, kube.Client
@@ -84,21 +85,55 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 		t.Fatalf("instances on %d nodes, want %d", len(placed), nodes)
 	}
 
-	// Restart with the same nodes, then with one node: nothing moves,
-	// nothing is written, every instance stays owned.
-	for _, args := range [][]string{d.Args, append(append([]string{}, d.Args...), "--consul-nodes=1")} {
+	// Restart with the same nodes: nothing is written.
+	restart := func(args []string) float64 {
+		t.Helper()
 		d.Args = args
 		txns := catalogTxns(t)
 		must(t, d.Restart(ctx, false))
 		must(t, d.WaitReady(ctx, 30*time.Second))
-		status, body, err := d.Get(ctx, "/debug/workers", "")
-		must(t, err)
-		if status != 200 || strings.Count(body, `"service"`) != services {
-			t.Fatalf("/debug/workers after restart: %d, %d workers", status, strings.Count(body, `"service"`))
+		return catalogTxns(t) - txns
+	}
+	if w := restart(d.Args); w != 0 {
+		t.Errorf("restart with the same --consul-nodes: %v catalog writes, want 0", w)
+	}
+	// With two nodes: every Service not on node 0 or 1 of two moves, one
+	// transaction each (delete on the old node and register on the new in
+	// the same transaction, so it never leaves Consul); the others stay.
+	two, err := cluster.WithNodes(2)
+	must(t, err)
+	moves := 0
+	for i := range services {
+		id := cluster.InstanceID(e.ns, fmt.Sprintf("svc-%d", i), "10.0.0.1", 80)
+		if spread.NodeFor(id).Name != two.NodeFor(id).Name {
+			moves++
 		}
-		if w := catalogTxns(t) - txns; w != 0 {
-			t.Errorf("restart with %s: %v catalog writes, want 0", args[len(args)-1], w)
+	}
+	txns := catalogTxns(t)
+	d.Args = append(append([]string{}, d.Args...), "--consul-nodes=2")
+	must(t, d.Restart(ctx, false))
+	must(t, d.WaitReady(ctx, 30*time.Second))
+	eventually(t, 30*time.Second, "every Service on its node of two", func() error {
+		n := 0
+		for node, ids := range clusterNodes(t, e.cluster) {
+			for _, id := range ids {
+				if want := two.NodeFor(id).Name; want != node {
+					return fmt.Errorf("%s on %s, want %s", id, node, want)
+				}
+				n++
+			}
 		}
+		if n != want {
+			return fmt.Errorf("%d of %d instances", n, want)
+		}
+		return nil
+	})
+	if w := catalogTxns(t) - txns; w != float64(moves) {
+		t.Errorf("from 4 nodes to 2: %v catalog writes, want %d (one per Service that moved)", w, moves)
+	}
+	t.Logf("from 4 nodes to 2: %d of %d Services moved, one transaction each", moves, services)
+	if w := restart(d.Args); w != 0 {
+		t.Errorf("restart with the same --consul-nodes=2: %v catalog writes, want 0", w)
 	}
 
 	// Delete a Service that is not on the first node while the daemon is
@@ -106,7 +141,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 	var victim, victimNode string
 	for i := range services {
 		name := fmt.Sprintf("svc-%d", i)
-		if n := spread.NodeFor(cluster.InstanceID(e.ns, name, "10.0.0.1", 80)).Name; n != cluster.NodeName() {
+		if n := two.NodeFor(cluster.InstanceID(e.ns, name, "10.0.0.1", 80)).Name; n != cluster.NodeName() {
 			victim, victimNode = name, n
 			break
 		}
