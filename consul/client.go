@@ -26,8 +26,8 @@ type Owner interface {
 	// Node is the owner's first node; its Meta marks every node of the
 	// owner (the reads list nodes by it).
 	Node() Node
-	// NodeFor is the node a new instance goes on.
-	NodeFor(instanceID string) Node
+	// NodeNameFor names the node a new instance goes on.
+	NodeNameFor(instanceID string) string
 	// NodeNamed is the owner's node called name, with its mark.
 	NodeNamed(name string) Node
 	// IsNode reports whether a node of that name is the owner's.

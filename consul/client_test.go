@@ -181,8 +181,8 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	onNode := map[string]int{}
 	for _, w := range applied.Written {
 		onNode[w.Node]++
-		if w.Node != owner.NodeFor(w.ID).Name {
-			t.Errorf("%s written on %s, want %s", w.ID, w.Node, owner.NodeFor(w.ID).Name)
+		if w.Node != owner.NodeNameFor(w.ID) {
+			t.Errorf("%s written on %s, want %s", w.ID, w.Node, owner.NodeNameFor(w.ID))
 		}
 	}
 	if onNode["k8s-spreadtest"] != 5 || onNode["k8s-spreadtest.1"] != 5 {
@@ -198,7 +198,7 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 			t.Fatalf("%s: %d entries, %v; want the 10 on our two nodes", what, len(got), err)
 		}
 		for _, r := range got {
-			if r.Node != owner.NodeFor(r.ID).Name || !r.HasCheck {
+			if r.Node != owner.NodeNameFor(r.ID) || !r.HasCheck {
 				t.Errorf("%s: %s read on %s (check %t)", what, r.ID, r.Node, r.HasCheck)
 			}
 		}

@@ -20,11 +20,11 @@ func (o testOwner) NodeNamed(name string) Node {
 	return Node{Name: name, Address: "127.0.0.1", Meta: map[string]string{"external-source": "kubernetes", "k8s-cluster": o.id}}
 }
 
-func (o testOwner) NodeFor(id string) Node {
+func (o testOwner) NodeNameFor(id string) string {
 	if o.spread && id != "" && (id[len(id)-1]-'0')%2 == 1 {
-		return o.NodeNamed(o.Node().Name + ".1")
+		return o.Node().Name + ".1"
 	}
-	return o.Node()
+	return o.Node().Name
 }
 
 func (o testOwner) IsNode(name string) bool {

@@ -156,7 +156,7 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if err := c.owner.Stamped(in); err != nil {
 			return nil, fmt.Errorf("%w: register %s: %w", ErrRefused, in.ID, err)
 		}
-		node := c.owner.NodeFor(in.ID).Name
+		node := c.owner.NodeNameFor(in.ID)
 		g := newGroup(node, kindRegister, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
 		if del, ok := moving[in.ID]; ok {
 			g = newGroup(node, kindMove, del, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))

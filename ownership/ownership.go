@@ -84,27 +84,28 @@ func (c Cluster) NodeNamed(name string) consul.Node {
 	}
 }
 
-// NodeFor returns the node a new instance goes on: the bucket of its
+// NodeNameFor names the node a new instance goes on: the bucket of its
 // namespace/service, read from the instance ID (see InstanceID), so every
-// instance of one Service shares a node.
-func (c Cluster) NodeFor(instanceID string) consul.Node {
+// instance of one Service shares a node. It allocates nothing with one
+// node: the diff asks it for every instance.
+func (c Cluster) NodeNameFor(instanceID string) string {
 	if c.nodes <= 1 {
-		return c.Node()
+		return c.NodeName()
 	}
 	rest, ok := strings.CutPrefix(instanceID, "k8s_"+c.id+"_")
 	if !ok {
-		return c.Node()
+		return c.NodeName()
 	}
 	parts := strings.SplitN(rest, "_", 3)
 	if len(parts) < 3 {
-		return c.Node()
+		return c.NodeName()
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(parts[0] + "/" + parts[1]))
 	if b := h.Sum32() % uint32(c.nodes); b > 0 {
-		return c.NodeNamed(c.NodeName() + "." + strconv.Itoa(int(b)))
+		return c.NodeName() + "." + strconv.Itoa(int(b))
 	}
-	return c.Node()
+	return c.NodeName()
 }
 
 // IsNode reports whether name is one of the cluster's synthetic nodes,

@@ -110,8 +110,8 @@ func TestStampAndVerify(t *testing.T) {
 // one whose id extends this one's) is taken for ours.
 func TestNodesSpreadServicesAndStayOwned(t *testing.T) {
 	one, _ := New("east")
-	if n := one.NodeFor(one.InstanceID("shop", "web", "10.0.0.1", 80)); n.Name != "k8s-east" {
-		t.Errorf("one node: instance on %s, want k8s-east", n.Name)
+	if n := one.NodeNameFor(one.InstanceID("shop", "web", "10.0.0.1", 80)); n != "k8s-east" {
+		t.Errorf("one node: instance on %s, want k8s-east", n)
 	}
 	c, err := one.WithNodes(8)
 	if err != nil {
@@ -120,9 +120,9 @@ func TestNodesSpreadServicesAndStayOwned(t *testing.T) {
 	used := map[string]int{}
 	for i := range 400 {
 		svc := "svc-" + strconv.Itoa(i)
-		node := c.NodeFor(c.InstanceID("shop", svc, "10.0.0.1", 80))
-		if other := c.NodeFor(c.InstanceID("shop", svc, "fd00::9", 8443)); other.Name != node.Name {
-			t.Fatalf("%s: instances on %s and %s", svc, node.Name, other.Name)
+		node := c.NodeNamed(c.NodeNameFor(c.InstanceID("shop", svc, "10.0.0.1", 80)))
+		if other := c.NodeNameFor(c.InstanceID("shop", svc, "fd00::9", 8443)); other != node.Name {
+			t.Fatalf("%s: instances on %s and %s", svc, node.Name, other)
 		}
 		if !c.IsNode(node.Name) || node.Meta[MetaCluster] != "east" || node.Meta[MetaExternalSource] != ExternalSource {
 			t.Fatalf("node %+v is not marked as east's", node)

@@ -406,7 +406,7 @@ func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) 
 }
 
 // nodeOf names the Consul node an instance of this cluster belongs on.
-func (w *Worker) nodeOf(id string) string { return w.opts.Config.Cluster.NodeFor(id).Name }
+func (w *Worker) nodeOf(id string) string { return w.opts.Config.Cluster.NodeNameFor(id) }
 
 func (w *Worker) selected() bool {
 	_, sel := w.opts.Lookup()

@@ -181,7 +181,7 @@ func (c *config) validate() error {
 	if c.Shards < 1 || c.Shards > 1024 {
 		return fmt.Errorf("--shards=%d: must be between 1 and 1024", c.Shards)
 	}
-	if c.Shards > 1 && !(c.RetryPeriod > 0 && c.RetryPeriod < c.RenewDeadline && c.RenewDeadline+c.RetryPeriod < c.LeaseDuration) {
+	if c.Shards > 1 && supervisor.ValidateLeaseTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod) != nil {
 		return fmt.Errorf("lease timing: need 0 < --lease-retry-period (%s) < --lease-renew-deadline (%s) and renew deadline + retry period < --lease-duration (%s): a cut-off holder stops its workers before anyone can take its shards",
 			c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,24 +15,12 @@ import (
 	"github.com/fleetsync/fleetsync/test/fixture"
 )
 
-// clusterNodes maps each of the cluster's nodes in Consul (by node meta) to
-// the IDs of the service entries on it.
+// clusterNodes is fixture.ClusterNodes, failing the test on an error.
 func clusterNodes(t *testing.T, cluster string) map[string][]string {
 	t.Helper()
-	nodes, _, err := consul.Client.Catalog().Nodes(&consulapi.QueryOptions{NodeMeta: map[string]string{ownership.MetaCluster: cluster}})
+	placed, err := fixture.ClusterNodes(consul.Client, cluster)
 	must(t, err)
-	out := map[string][]string{}
-	for _, n := range nodes {
-		list, _, err := consul.Client.Catalog().NodeServiceList(n.Node, nil)
-		must(t, err)
-		out[n.Node] = nil
-		if list != nil {
-			for _, s := range list.Services {
-				out[n.Node] = append(out[n.Node], s.ID)
-			}
-		}
-	}
-	return out
+	return placed
 }
 
 // TestSpreadOverConsulNodes: with --consul-nodes=4 a cluster's instances
@@ -74,7 +61,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 	for node, ids := range placed {
 		names = append(names, fmt.Sprintf("%s=%d", node, len(ids)))
 		for _, id := range ids {
-			if at := spread.NodeFor(id).Name; at != node {
+			if at := spread.NodeNameFor(id); at != node {
 				t.Errorf("instance %s on %s, want %s", id, node, at)
 			}
 		}
@@ -86,15 +73,14 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 	}
 
 	// Restart with the same nodes: nothing is written.
-	restart := func(args []string) float64 {
+	restart := func() float64 {
 		t.Helper()
-		d.Args = args
 		txns := catalogTxns(t)
 		must(t, d.Restart(ctx, false))
 		must(t, d.WaitReady(ctx, 30*time.Second))
 		return catalogTxns(t) - txns
 	}
-	if w := restart(d.Args); w != 0 {
+	if w := restart(); w != 0 {
 		t.Errorf("restart with the same --consul-nodes: %v catalog writes, want 0", w)
 	}
 	// With two nodes: every Service not on node 0 or 1 of two moves, one
@@ -105,7 +91,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 	moves := 0
 	for i := range services {
 		id := cluster.InstanceID(e.ns, fmt.Sprintf("svc-%d", i), "10.0.0.1", 80)
-		if spread.NodeFor(id).Name != two.NodeFor(id).Name {
+		if spread.NodeNameFor(id) != two.NodeNameFor(id) {
 			moves++
 		}
 	}
@@ -117,7 +103,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 		n := 0
 		for node, ids := range clusterNodes(t, e.cluster) {
 			for _, id := range ids {
-				if want := two.NodeFor(id).Name; want != node {
+				if want := two.NodeNameFor(id); want != node {
 					return fmt.Errorf("%s on %s, want %s", id, node, want)
 				}
 				n++
@@ -132,7 +118,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 		t.Errorf("from 4 nodes to 2: %v catalog writes, want %d (one per Service that moved)", w, moves)
 	}
 	t.Logf("from 4 nodes to 2: %d of %d Services moved, one transaction each", moves, services)
-	if w := restart(d.Args); w != 0 {
+	if w := restart(); w != 0 {
 		t.Errorf("restart with the same --consul-nodes=2: %v catalog writes, want 0", w)
 	}
 
@@ -141,7 +127,7 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 	var victim, victimNode string
 	for i := range services {
 		name := fmt.Sprintf("svc-%d", i)
-		if n := two.NodeFor(cluster.InstanceID(e.ns, name, "10.0.0.1", 80)).Name; n != cluster.NodeName() {
+		if n := two.NodeNameFor(cluster.InstanceID(e.ns, name, "10.0.0.1", 80)); n != cluster.NodeName() {
 			victim, victimNode = name, n
 			break
 		}
