@@ -113,11 +113,18 @@ type sighting struct {
 }
 
 type elector struct {
+	le      *leaderelection.LeaderElector
 	cancel  context.CancelFunc
 	done    chan struct{}
 	mu      sync.Mutex
 	leading bool
 	stopped bool
+}
+
+// acquired: the election itself has read the Lease naming this replica (it
+// leads, or is about to call OnStartedLeading).
+func (e *elector) acquired(identity string) bool {
+	return e.le != nil && e.le.GetLeader() == identity
 }
 
 func (e *elector) isLeading() bool {
@@ -270,12 +277,13 @@ func (m *ShardManager) reconcile(ctx context.Context, renew bool) time.Time {
 	}
 	quota := (m.cfg.Shards + v.live - 1) / v.live
 	m.mu.Lock()
-	var leading, candidates []int
+	var leading []int
+	candidates := map[int]*elector{}
 	for k, e := range m.electors {
 		if e.isLeading() {
 			leading = append(leading, k)
 		} else {
-			candidates = append(candidates, k)
+			candidates[k] = e
 		}
 	}
 	m.mu.Unlock()
@@ -286,9 +294,12 @@ func (m *ShardManager) reconcile(ctx context.Context, renew bool) time.Time {
 		m.log.Info("Handing a shard over to rebalance", "shard", k, "quota", quota, "live_replicas", v.live)
 		m.handOver(k)
 	}
-	for _, k := range candidates {
-		if h := v.holders[k]; h != "" && h != m.cfg.Identity {
-			m.stopElector(k) // someone else got it first
+	for k, e := range candidates {
+		// Someone else got it first, as far as the watch has seen; a
+		// candidacy whose own read found this replica holding it is kept
+		// (the watch may not have delivered the change yet).
+		if h := v.holders[k]; h != "" && h != m.cfg.Identity && !e.acquired(m.cfg.Identity) {
+			m.stopElector(k)
 		}
 	}
 	m.mu.Lock()
@@ -393,9 +404,24 @@ func (m *ShardManager) observe() view {
 // (what client-go's election does, with the sighting from the watch rather
 // than from its own first poll). The old holder stopped its workers by
 // then: it gives up RetryPeriod+RenewDeadline after its last renewal.
+//
+// The Lease must still be the version that expired. The lister's store is
+// updated before the watch handler sights a change, and other takeovers run
+// between observe and here: a Lease another replica has just taken over is
+// already in the store with a new resourceVersion while its sighting is
+// still the expired one. Updating that copy would steal a shard its new
+// holder is already leading (two replicas syncing it until the loser's
+// renew deadline), so such a Lease is left for the next sighting.
 func (m *ShardManager) takeOver(ctx context.Context, k int) bool {
-	l, err := m.leases.Get(m.cfg.shardLease(k))
-	if err != nil {
+	name := m.cfg.shardLease(k)
+	m.seenMu.Lock()
+	s, seen := m.seen[name]
+	m.seenMu.Unlock()
+	if !seen || m.cfg.Now().Before(s.at.Add(m.cfg.LeaseDuration)) {
+		return false
+	}
+	l, err := m.leases.Get(name)
+	if err != nil || l.ResourceVersion != s.rv || !apiequality.Semantic.DeepEqual(l.Spec, s.spec) {
 		return false
 	}
 	l = l.DeepCopy()
@@ -409,12 +435,22 @@ func (m *ShardManager) takeOver(ctx context.Context, k int) bool {
 		l.Labels = map[string]string{}
 	}
 	l.Labels[labelCluster], l.Labels[labelRole] = m.cfg.ClusterID, "shard"
-	if _, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	taken, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
 		if !apierrors.IsConflict(err) {
 			m.log.Warn("Cannot take over an expired shard lease", "shard", k, "holder", was, "error", err)
 		}
 		return false
 	}
+	// Sighted now, not when the watch delivers it: until then the next
+	// reconcile would still see the old holder, take this replica's new
+	// candidacy for a lost race and stop it, leaving the Lease naming this
+	// replica with nobody renewing it for a whole lease duration.
+	m.seenMu.Lock()
+	if cur := m.seen[name]; cur.rv == s.rv && apiequality.Semantic.DeepEqual(cur.spec, s.spec) {
+		m.seen[name] = sighting{rv: taken.ResourceVersion, spec: *taken.Spec.DeepCopy(), holder: m.cfg.Identity, at: m.cfg.Now()}
+	}
+	m.seenMu.Unlock()
 	m.log.Info("Took over a shard whose holder stopped renewing", "shard", k, "holder", was, "lease_duration", m.cfg.LeaseDuration)
 	return true
 }
@@ -488,6 +524,7 @@ func (m *ShardManager) startElector(ctx context.Context, k int) {
 		m.log.Error("Cannot build the shard elector", "shard", k, "error", err)
 		return
 	}
+	e.le = le
 	// Only handOver and stopElector end an election: at shutdown the
 	// workers stop first, then the Lease is released (shutdown).
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))

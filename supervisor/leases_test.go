@@ -3,14 +3,20 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -97,6 +103,101 @@ func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
 	f.waitFor(t, "shard 1 gained", func() bool { return len(sup.HeldShards()) == 2 })
 }
 
+// TestTakeOverLeavesALeaseTakenMeanwhile: another replica takes an expired
+// shard first; its update is in this replica's Lease store while the
+// watch handler has not sighted it yet (the store is written first). This
+// replica must not update that newer copy: it would steal a shard the other
+// replica already leads.
+func TestTakeOverLeavesALeaseTakenMeanwhile(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", clock.Now()))
+	conditionalUpdates(client)
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	f, ctx := startSharded(t, w, store, "c", 1)
+	m := startManager(t, ctx, client, f.sup, 1, clock)
+	m.seenMu.Lock()
+	expired := m.seen["fleetsync-c-shard-0"]
+	m.seenMu.Unlock()
+	clock.advance(15 * time.Second)
+
+	api := client.CoordinationV1().Leases("leases")
+	l, err := api.Get(ctx, "fleetsync-c-shard-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("other")
+	if _, err := api.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "the other replica's takeover sighted", func() bool {
+		m.seenMu.Lock()
+		defer m.seenMu.Unlock()
+		return m.seen["fleetsync-c-shard-0"].holder == "other"
+	})
+	m.seenMu.Lock()
+	m.seen["fleetsync-c-shard-0"] = expired // as if the handler had not run yet
+	m.seenMu.Unlock()
+
+	if m.takeOver(ctx, 0) {
+		t.Error("took over a Lease that changed after the sighting that expired")
+	}
+	assertHolders(t, ctx, client, "other")
+}
+
+// TestTakeOverIsSightedAtOnce: right after a takeover neither the watch nor
+// the shard's election has caught up yet (here: the watch delivers nothing
+// after the first list and the election's reads fail). The next reconcile
+// must keep that candidacy, not take it for a race lost to the old holder:
+// stopping it would leave the Lease naming this replica with nobody
+// renewing it, and the shard unsynced for a whole lease duration.
+func TestTakeOverIsSightedAtOnce(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", clock.Now()))
+	conditionalUpdates(client)
+	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewFake(), nil
+	})
+	var failGets atomic.Bool
+	failGets.Store(true)
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failGets.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("test: the election's reads fail")
+		}
+		return false, nil, nil
+	})
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	f, ctx := startSharded(t, w, store, "c", 1)
+	m := startManager(t, ctx, client, f.sup, 1, clock)
+	t.Cleanup(func() { failGets.Store(false) }) // before the manager's shutdown reads its Leases
+
+	clock.advance(15 * time.Second)
+	m.reconcile(ctx, false)
+	holders := func() string {
+		ls, err := client.CoordinationV1().Leases("leases").List(ctx, metav1.ListOptions{})
+		if err != nil || len(ls.Items) != 1 {
+			t.Fatalf("listing leases: %v", err)
+		}
+		return ptr.Deref(ls.Items[0].Spec.HolderIdentity, "")
+	}
+	if h := holders(); h != "me" {
+		t.Fatalf("shard 0 held by %q after its lease expired, want me", h)
+	}
+	m.reconcile(ctx, false) // as after any watch event
+	m.mu.Lock()
+	_, running := m.electors[0]
+	m.mu.Unlock()
+	if !running {
+		t.Fatal("the election for the shard just taken over was stopped")
+	}
+	failGets.Store(false)
+	f.waitFor(t, "shard 0 led", func() bool { return len(f.sup.HeldShards()) == 1 })
+	if h := holders(); h != "me" {
+		t.Errorf("shard 0 held by %q, want me", h)
+	}
+}
+
 // TestTakeOverKeepsTheQuota: with a second live replica, this one takes at
 // most ceil(shards/2) of a dead replica's shards.
 func TestTakeOverKeepsTheQuota(t *testing.T) {
@@ -134,6 +235,31 @@ func TestTakeOverKeepsTheQuota(t *testing.T) {
 	if held := sup.HeldShards(); len(held) != 2 {
 		t.Fatalf("holds %v with another live replica and 4 shards, want 2", held)
 	}
+}
+
+// conditionalUpdates makes the fake clientset's Lease updates conditional
+// on the resourceVersion, as the API server's are: an update naming another
+// version than the stored one is a conflict, and each update stores a new
+// version.
+func conditionalUpdates(c *fake.Clientset) {
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	var mu sync.Mutex
+	version := 0
+	c.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		cur, err := c.Tracker().Get(gvr, l.Namespace, l.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := cur.(*coordinationv1.Lease).ResourceVersion; l.ResourceVersion != rv {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name, fmt.Errorf("version %q, stored %q", l.ResourceVersion, rv))
+		}
+		version++
+		l.ResourceVersion = strconv.Itoa(version)
+		return false, nil, nil // the tracker stores it
+	})
 }
 
 // assertHolders checks the holders of shard Leases 0, 1, ... in the API.
