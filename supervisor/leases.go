@@ -110,6 +110,20 @@ type sighting struct {
 	spec   coordinationv1.LeaseSpec
 	holder string
 	at     time.Time
+	first  bool // at is when this replica first listed the Lease, not a change
+}
+
+// changed is when the Lease last changed, for counting live replicas only.
+// A Lease seen only in this replica's first list has an unknown age here;
+// its holder's renew time stands in (so a Lease left by a crashed replica
+// does not count as a live replica for the first seconds after a start).
+// Its holder's clock may be off: that can only tilt the quota until the
+// holder's next renewal is seen, never let two replicas hold one shard.
+func (s sighting) changed() time.Time {
+	if s.first && s.spec.RenewTime != nil && s.spec.RenewTime.Time.Before(s.at) {
+		return s.spec.RenewTime.Time
+	}
+	return s.at
 }
 
 type elector struct {
@@ -156,15 +170,13 @@ func (m *ShardManager) Run(ctx context.Context) {
 	if !ok {
 		return
 	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-m.sup.BootstrapDone():
+	}
 	tick := time.NewTicker(m.cfg.RetryPeriod)
 	defer tick.Stop()
-	for !m.sup.Bootstrapped() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
 	renew := true
@@ -237,7 +249,7 @@ func (m *ShardManager) sight(obj any) {
 	m.seenMu.Lock()
 	old, had := m.seen[l.Name]
 	if !had || old.rv != l.ResourceVersion || !apiequality.Semantic.DeepEqual(old.spec, l.Spec) {
-		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: holder, at: m.cfg.Now()}
+		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: holder, at: m.cfg.Now(), first: !had}
 	}
 	m.seenMu.Unlock()
 	if !had || old.holder != holder {
@@ -288,11 +300,13 @@ func (m *ShardManager) reconcile(ctx context.Context, renew bool) time.Time {
 	}
 	m.mu.Unlock()
 	m.sortByRank(leading)
+	shed := map[int]bool{}
 	for len(leading) > quota { // shed the shards we like least
 		k := leading[len(leading)-1]
 		leading = leading[:len(leading)-1]
 		m.log.Info("Handing a shard over to rebalance", "shard", k, "quota", quota, "live_replicas", v.live)
 		m.handOver(k)
+		shed[k] = true
 	}
 	for k, e := range candidates {
 		// Someone else got it first, as far as the watch has seen; a
@@ -305,20 +319,39 @@ func (m *ShardManager) reconcile(ctx context.Context, renew bool) time.Time {
 	m.mu.Lock()
 	running := len(m.electors)
 	m.mu.Unlock()
-	var free, expired []int
+	var ours, free, expired []int
 	var next time.Time
 	for k := 0; k < m.cfg.Shards; k++ {
 		m.mu.Lock()
 		_, mine := m.electors[k]
 		m.mu.Unlock()
 		switch h, until := v.holders[k], v.until[k]; {
-		case mine:
+		case mine, shed[k]:
+		case h == m.cfg.Identity:
+			// A Lease naming this replica with no election running here: an
+			// earlier process of this replica (a container restarted in its
+			// pod keeps the pod name) or a candidacy stopped on news the
+			// watch had not caught up with. Nobody renews it, and nobody
+			// else may take it for a lease duration.
+			ours = append(ours, k)
 		case h == "":
 			free = append(free, k)
 		case !until.After(v.now):
 			expired = append(expired, k)
 		case next.IsZero() || until.Before(next):
 			next = until
+		}
+	}
+	// Resume those within the quota (the election leads at once: the Lease
+	// already names this replica) and release the rest for the others.
+	m.sortByRank(ours)
+	for _, k := range ours {
+		if running < quota {
+			m.log.Info("Resuming a shard whose Lease names this replica", "shard", k)
+			m.startElector(ctx, k)
+			running++
+		} else {
+			m.release(k)
 		}
 	}
 	m.sortByRank(free)
@@ -380,11 +413,11 @@ func (m *ShardManager) observe() view {
 		}
 		switch {
 		case l.Labels[labelRole] == "replica":
-			switch age := v.now.Sub(s.at); {
+			switch {
 			case s.holder == m.cfg.Identity:
-			case s.holder != "" && age < 2*m.cfg.RetryPeriod+time.Second:
+			case s.holder != "" && v.now.Sub(s.changed()) < 2*m.cfg.RetryPeriod+time.Second:
 				v.live++
-			case age >= replicaLeaseGC*m.cfg.LeaseDuration:
+			case v.now.Sub(s.at) >= replicaLeaseGC*m.cfg.LeaseDuration:
 				v.gone = append(v.gone, l)
 			}
 		case strings.HasPrefix(l.Name, shardPrefix):
@@ -444,15 +477,21 @@ func (m *ShardManager) takeOver(ctx context.Context, k int) bool {
 	}
 	// Sighted now, not when the watch delivers it: until then the next
 	// reconcile would still see the old holder, take this replica's new
-	// candidacy for a lost race and stop it, leaving the Lease naming this
-	// replica with nobody renewing it for a whole lease duration.
-	m.seenMu.Lock()
-	if cur := m.seen[name]; cur.rv == s.rv && apiequality.Semantic.DeepEqual(cur.spec, s.spec) {
-		m.seen[name] = sighting{rv: taken.ResourceVersion, spec: *taken.Spec.DeepCopy(), holder: m.cfg.Identity, at: m.cfg.Now()}
-	}
-	m.seenMu.Unlock()
+	// candidacy for a lost race and stop it.
+	m.sightOwnWrite(s, taken)
 	m.log.Info("Took over a shard whose holder stopped renewing", "shard", k, "holder", was, "lease_duration", m.cfg.LeaseDuration)
 	return true
+}
+
+// sightOwnWrite records a Lease this replica has just written, unless the
+// watch has already sighted a change since before (the sighting that was
+// current before the write).
+func (m *ShardManager) sightOwnWrite(before sighting, l *coordinationv1.Lease) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if cur := m.seen[l.Name]; cur.rv == before.rv && apiequality.Semantic.DeepEqual(cur.spec, before.spec) {
+		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: ptr.Deref(l.Spec.HolderIdentity, ""), at: m.cfg.Now()}
+	}
 }
 
 // renewPresence creates or renews this replica's Lease: an update of the
@@ -562,11 +601,16 @@ func (m *ShardManager) stopElector(k int) {
 	<-e.done
 }
 
-// release clears the holder of shard k's Lease if it is still ours.
+// release clears the holder of shard k's Lease if it is still ours, and
+// sights the release at once (so the next reconcile does not take the Lease
+// for one of ours left without an election and run for it again).
 func (m *ShardManager) release(k int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	api := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	m.seenMu.Lock()
+	before := m.seen[m.cfg.shardLease(k)]
+	m.seenMu.Unlock()
 	l, err := api.Get(ctx, m.cfg.shardLease(k), metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != m.cfg.Identity {
 		return
@@ -575,9 +619,12 @@ func (m *ShardManager) release(k int) {
 	l.Spec.HolderIdentity = ptr.To("")
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(1))
 	l.Spec.RenewTime = &now
-	if _, err := api.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	released, err := api.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
 		m.log.Warn("Cannot release the shard lease; it expires on its own", "shard", k, "error", err)
+		return
 	}
+	m.sightOwnWrite(before, released)
 }
 
 // shutdown deletes the replica Lease first (so the others raise their quota

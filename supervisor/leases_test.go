@@ -198,6 +198,59 @@ func TestTakeOverIsSightedAtOnce(t *testing.T) {
 	}
 }
 
+// TestResumesShardsNamingThisReplica: a replica whose container restarted in
+// its pod keeps its name, and finds Leases naming it that nobody renews (and
+// nobody else may take for a lease duration). It leads those within its
+// quota at once, without waiting for them to expire, and releases the rest.
+func TestResumesShardsNamingThisReplica(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	now := clock.Now()
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-other", Namespace: "leases",
+		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
+	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "me", now), shardLease("fleetsync-c-shard-1", "me", now), other)
+	conditionalUpdates(client)
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	f, ctx := startSharded(t, w, store, "c", 2)
+	m := startManager(t, ctx, client, f.sup, 2, clock)
+
+	m.reconcile(ctx, true) // quota ceil(2/2) = 1, the clock has not moved
+	f.waitFor(t, "one shard led", func() bool { return len(f.sup.HeldShards()) == 1 })
+	held := f.sup.HeldShards()[0]
+	want := []string{"me", "me"}
+	want[1-held] = ""
+	assertHolders(t, ctx, client, want...)
+}
+
+// TestStaleReplicaLeaseAtStart: a replica starting next to the Lease of a
+// replica that crashed a minute ago does not count that one as live (which
+// would halve its quota for the first seconds), while a Lease renewed a
+// second ago, by its holder's clock, counts at once.
+func TestStaleReplicaLeaseAtStart(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	replica := func(holder string, renewed time.Time) *coordinationv1.Lease {
+		mt := metav1.NewMicroTime(renewed)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-" + holder, Namespace: "leases",
+			Labels: map[string]string{labelCluster: "c", labelRole: "replica"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &mt}}
+	}
+	client := fake.NewClientset(replica("crashed", clock.Now().Add(-time.Minute)), replica("live", clock.Now().Add(-time.Second)))
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	f, ctx := startSharded(t, w, store, "c", 4)
+	m := startManager(t, ctx, client, f.sup, 4, clock)
+
+	if v := m.observe(); v.live != 2 {
+		t.Errorf("%d live replicas at start, want 2 (this one and the one renewed a second ago)", v.live)
+	}
+	m.reconcile(ctx, true) // quota ceil(4/2)
+	f.waitFor(t, "two shards led", func() bool { return len(f.sup.HeldShards()) == 2 })
+	clock.advance(5 * time.Second) // no renewal sighted since the start: "live" is not live any more
+	if v := m.observe(); v.live != 1 {
+		t.Errorf("%d live replicas after 5 s without a renewal, want 1", v.live)
+	}
+}
+
 // TestTakeOverKeepsTheQuota: with a second live replica, this one takes at
 // most ceil(shards/2) of a dead replica's shards.
 func TestTakeOverKeepsTheQuota(t *testing.T) {

@@ -132,6 +132,9 @@ func New(opts Options) *Supervisor {
 // read (the fleet is running).
 func (s *Supervisor) Bootstrapped() bool { return s.bootstrapped.Load() }
 
+// BootstrapDone is closed when Bootstrapped becomes true.
+func (s *Supervisor) BootstrapDone() <-chan struct{} { return s.gate }
+
 // Run runs the fleet until ctx is done; it returns after every goroutine it
 // started has ended. It returns an error only if bootstrap cannot complete
 // for a reason other than ctx.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -152,7 +153,8 @@ const leaseDuration = 15 * time.Second
 // TestShardsAcrossReplicas: 3 replicas, 8 shards, 200 services. Shards
 // balance, no two replicas ever run a worker for the same service (polled
 // throughout), a kill -9 is taken over after the lease expires, a rolling
-// restart and scaling 3 -> 1 -> 3 lose no instance and write nothing.
+// restart, a container restarted in place and scaling 3 -> 1 -> 3 lose no
+// instance and write nothing.
 func TestShardsAcrossReplicas(t *testing.T) {
 	e := newEnv(t)
 	const services, shards = 200, 8
@@ -248,17 +250,39 @@ func TestShardsAcrossReplicas(t *testing.T) {
 		eventually(t, 40*time.Second, "shards of "+id+" handed over", func() error { return rs.heldWithout(e.ctx, id) })
 		handover := time.Since(start)
 		must(t, <-stopped)
+		exited := time.Since(start)
 		settle("shards of " + id + " handed over")
 		must(t, rs.ds[id].Restart(e.ctx, false))
 		must(t, rs.ds[id].WaitReady(e.ctx, 30*time.Second))
+		ready := time.Since(start)
 		settle("rebalanced after restarting " + id)
-		t.Logf("rolling restart of %s: every shard held by the others %s after SIGTERM; balanced with it again %s after",
-			id, handover.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+		t.Logf("rolling restart of %s: every shard held by the others %s after SIGTERM; exited %s, ready again %s, balanced with it again %s after",
+			id, handover.Round(100*time.Millisecond), exited.Round(100*time.Millisecond), ready.Round(100*time.Millisecond),
+			time.Since(start).Round(100*time.Millisecond))
 	}
 	must(t, rs.ds["r2"].Restart(e.ctx, false))
 	must(t, rs.ds["r2"].WaitReady(e.ctx, 30*time.Second))
 	s = settle("r2 back")
 	t.Logf("r2 back: %s", s.counts())
+
+	// A container restarted in its pod (kill -9, same pod name, so the same
+	// replica id): it leads its own shards again as soon as it is up, while
+	// nobody else could take them yet (not before a lease duration).
+	had := s.held["r1"]
+	crashed := time.Now()
+	must(t, rs.ds["r1"].Restart(e.ctx, true))
+	eventually(t, 40*time.Second, "r1's shards resumed", func() error {
+		s := rs.snap(e.ctx)
+		if !slices.Equal(s.held["r1"], had) {
+			return fmt.Errorf("r1 holds %v, held %v before the crash", s.held["r1"], had)
+		}
+		return s.balanced(shards)
+	})
+	resumed := time.Since(crashed)
+	if resumed > leaseDuration-5*time.Second {
+		t.Errorf("restart in place: r1 led its shards again %s after the kill, want well within one lease duration (%s)", resumed, leaseDuration)
+	}
+	t.Logf("kill -9 and restart in place of r1: its shards %v led by it again %s after the kill", had, resumed.Round(100*time.Millisecond))
 
 	// Scale 3 -> 1 -> 3.
 	must(t, rs.ds["r2"].Stop())
