@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetsync/fleetsync/test/fixture"
@@ -51,28 +53,15 @@ func TestChartRBACIsSufficient(t *testing.T) {
 		_ = d.Close()
 	})
 
-	ports := map[string]int32{"http": 8080}
-	optIn := map[string]string{"consul.hashicorp.com/service-sync": "true"}
-	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "web", optIn, ports)))
-	must(t, fixture.ApplySlice(ctx, c, fixture.Slice(appNS, "web", "web-1", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(7, 0, 2))))
-	eventually(t, 20*time.Second, "web synced into Consul", func() error {
-		ins, err := fixture.Instances(consul.Client, "web", "k8s-"+cluster)
-		if err != nil {
-			return err
-		}
-		if k := fixture.Keys(ins, true); k != "10.7.0.1:8080=passing,10.7.0.2:8080=passing" {
-			return fmt.Errorf("have %q", k)
-		}
-		return nil
-	})
+	syncWeb(t, ctx, c, consul, appNS, cluster)
 
 	// A bad annotation is reported as an Event (create); made good and
 	// bad again, the same Event is reported again (patch: count 2).
 	bad := map[string]string{"consul.hashicorp.com/service-sync": "true", "consul.hashicorp.com/service-port": "grpc"}
 	good := map[string]string{"consul.hashicorp.com/service-sync": "true", "consul.hashicorp.com/service-port": "http"}
-	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", bad, ports)))
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", bad, webPorts)))
 	waitEventCount(t, appNS, "bad", 1)
-	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", good, ports)))
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", good, webPorts)))
 	eventually(t, 20*time.Second, "worker of the fixed Service valid again", func() error {
 		code, body, err := d.Get(ctx, "/debug/workers/"+appNS+"/bad", "")
 		if err == nil && (code != 200 || strings.Contains(body, `"state": "invalid"`)) {
@@ -80,7 +69,7 @@ func TestChartRBACIsSufficient(t *testing.T) {
 		}
 		return err
 	})
-	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", bad, ports)))
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", bad, webPorts)))
 	waitEventCount(t, appNS, "bad", 2)
 
 	log, err := os.ReadFile(d.LogPath)
@@ -164,20 +153,7 @@ func TestChartShardedRBACIsSufficient(t *testing.T) {
 		return nil
 	})
 
-	ports := map[string]int32{"http": 8080}
-	optIn := map[string]string{"consul.hashicorp.com/service-sync": "true"}
-	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "web", optIn, ports)))
-	must(t, fixture.ApplySlice(ctx, c, fixture.Slice(appNS, "web", "web-1", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(7, 0, 2))))
-	eventually(t, 20*time.Second, "web synced into Consul", func() error {
-		ins, err := fixture.Instances(consul.Client, "web", "k8s-"+cluster)
-		if err != nil {
-			return err
-		}
-		if k := fixture.Keys(ins, true); k != "10.7.0.1:8080=passing,10.7.0.2:8080=passing" {
-			return fmt.Errorf("have %q", k)
-		}
-		return nil
-	})
+	syncWeb(t, ctx, c, consul, appNS, cluster)
 	// Only the holder of its shard runs a worker for it.
 	var workers []string
 	for _, id := range ids {
@@ -342,4 +318,26 @@ func checkAccess(t *testing.T, ns, sa, appNS string, sharded bool) {
 			t.Errorf("%s %s %s (namespace %q, name %q): allowed=%t, want %t", c.verb, c.group, c.resource, c.namespace, c.name, r.Status.Allowed, c.allowed)
 		}
 	}
+}
+
+// webPorts are the ports of the Services these tests create.
+var webPorts = map[string]int32{"http": 8080}
+
+// syncWeb creates Service web (two endpoints, opted in) in ns and waits for
+// both instances, passing, on cluster's node in agent.
+func syncWeb(t *testing.T, ctx context.Context, c kubernetes.Interface, agent *stack.Consul, ns, cluster string) {
+	t.Helper()
+	optIn := map[string]string{"consul.hashicorp.com/service-sync": "true"}
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(ns, "web", optIn, webPorts)))
+	must(t, fixture.ApplySlice(ctx, c, fixture.Slice(ns, "web", "web-1", discoveryv1.AddressTypeIPv4, webPorts, fixture.IPs(7, 0, 2))))
+	eventually(t, 20*time.Second, "web synced into Consul", func() error {
+		ins, err := fixture.Instances(agent.Client, "web", "k8s-"+cluster)
+		if err != nil {
+			return err
+		}
+		if k := fixture.Keys(ins, true); k != "10.7.0.1:8080=passing,10.7.0.2:8080=passing" {
+			return fmt.Errorf("have %q", k)
+		}
+		return nil
+	})
 }
