@@ -121,7 +121,7 @@ func TestStatusAndPurge(t *testing.T) {
 			if t.Failed() {
 				t.Logf("fleetsync %s log tail:\n%s", cluster, d.LogTail(40))
 			}
-			_ = d.Close()
+			d.CloseT(t)
 		})
 		return d
 	}

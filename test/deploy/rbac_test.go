@@ -50,7 +50,7 @@ func TestChartRBACIsSufficient(t *testing.T) {
 		if t.Failed() {
 			t.Logf("fleetsync log tail:\n%s", d.LogTail(60))
 		}
-		_ = d.Close()
+		d.CloseT(t)
 	})
 
 	syncWeb(t, ctx, c, consul, appNS, cluster)
@@ -116,7 +116,7 @@ func TestChartShardedRBACIsSufficient(t *testing.T) {
 			if t.Failed() {
 				t.Logf("fleetsync %s log tail:\n%s", id, d.LogTail(60))
 			}
-			_ = d.Close()
+			d.CloseT(t)
 		})
 		daemons[id] = d
 	}

@@ -193,7 +193,7 @@ func TestConsulRestartsEmpty(t *testing.T) {
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=1s"}})
 	must(t, err)
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() { d.CloseT(t) })
 	e.waitCount(own.Client, len(keys), 15*time.Second)
 
 	start := time.Now()
@@ -222,7 +222,7 @@ func TestConsulDownThenBack(t *testing.T) {
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=1s", "--consul-unreachable-grace=2s"}})
 	must(t, err)
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() { d.CloseT(t) })
 	e.waitCount(own.Client, len(keys), 15*time.Second)
 
 	must(t, own.Kill())
@@ -384,7 +384,7 @@ func TestDuplicateClusterIDIsRefused(t *testing.T) {
 	d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: other.KubeconfigPath,
 		ConsulAddr: consul.Addr, Namespaces: []string{e.ns}, Name: "fleetsync-impostor"})
 	must(t, err)
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() { d.CloseT(t) })
 	werr := d.Wait()
 	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {

@@ -105,7 +105,7 @@ func (e *env) daemonFor(cluster string, namespaces []string, args ...string) *fi
 		if e.t.Failed() {
 			e.t.Logf("fleetsync %s log tail:\n%s", cluster, d.LogTail(60))
 		}
-		_ = d.Close()
+		d.CloseT(e.t)
 	})
 	return d
 }

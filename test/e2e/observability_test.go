@@ -144,7 +144,7 @@ func TestReadyzFollowsBootstrapAndConsul(t *testing.T) {
 	d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--consul-unreachable-grace=2s"}})
 	must(t, err)
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() { d.CloseT(t) })
 	readyz := func(want int) func() error {
 		return func() error {
 			code, body, err := d.Get(context.Background(), "/readyz", "")

@@ -87,7 +87,7 @@ func TestTLSAndTokenRotation(t *testing.T) {
 			ConsulAddr: addr, Namespaces: []string{e.ns}, Name: name,
 			Args: append([]string{"--consul-ssl", "--consul-token-file=" + tokenFile, "--consul-unreachable-grace=2s"}, args...)})
 		must(t, err)
-		t.Cleanup(func() { _ = d.Close() })
+		t.Cleanup(func() { d.CloseT(t) })
 		return d
 	}
 
