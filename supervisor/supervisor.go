@@ -150,6 +150,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.opts.Hooks.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
+	s.adviseNodes()
 	owned, foreign, err := s.readOwned(ctx)
 	if err != nil {
 		return nil // ctx done
@@ -266,6 +267,27 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 	}
 	s.bootstrapped.Store(true)
 	close(s.gate)
+}
+
+// servicesPerNode is the advice of docs/scaling.md: Consul's cost of a
+// write grows with the services on the node it goes to.
+const servicesPerNode = 100
+
+// adviseNodes warns, once the informers synced, when the cluster's selected
+// Services (every shard's: all replicas write to the same nodes) are more
+// than the advice for its --consul-nodes.
+func (s *Supervisor) adviseNodes() {
+	selected := 0
+	for _, key := range s.opts.Watcher.Keys() {
+		if _, ok := s.lookup(key); ok {
+			selected++
+		}
+	}
+	nodes := max(s.opts.Worker.Cluster.Nodes(), 1)
+	if selected > servicesPerNode*nodes {
+		s.log.Warn("More Services per Consul node than advised: each write to a crowded node costs Consul more (cold starts and rollouts slow down); raise --consul-nodes",
+			"services", selected, "consul_nodes", nodes, "advised_consul_nodes", (selected+servicesPerNode-1)/servicesPerNode)
+	}
 }
 
 // wants is the single "is this Service mine" decision: selected, and in a

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 
@@ -330,5 +332,66 @@ func TestSelector(t *testing.T) {
 	}
 	if err := (Selector{Allow: []string{"["}}).Validate(); err == nil {
 		t.Error("bad pattern accepted")
+	}
+}
+
+// lockedBuffer is a log sink safe to read while the supervisor writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAdvisesConsulNodes: more selected Services than 100 per Consul node
+// get a warning that names the counts and the advised --consul-nodes;
+// 100 per node, or Services not selected, do not.
+func TestAdvisesConsulNodes(t *testing.T) {
+	for _, tc := range []struct {
+		selected, denied, nodes int
+		want                    string
+	}{
+		{selected: 100, denied: 50, nodes: 1},
+		{selected: 101, nodes: 1, want: "services=101 consul_nodes=1 advised_consul_nodes=2"},
+		{selected: 250, denied: 10, nodes: 1, want: "services=250 consul_nodes=1 advised_consul_nodes=3"},
+		{selected: 250, nodes: 3},
+		{selected: 301, nodes: 3, want: "services=301 consul_nodes=3 advised_consul_nodes=4"},
+	} {
+		t.Run(fmt.Sprintf("%d+%d/%d", tc.selected, tc.denied, tc.nodes), func(t *testing.T) {
+			w, store := newFakeWatcher(), newMemStore()
+			for i := range tc.selected {
+				w.services[k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}] = service("ns", fmt.Sprintf("s%d", i))
+			}
+			for i := range tc.denied {
+				w.services[k8s.Key{Namespace: "kube-system", Name: fmt.Sprintf("d%d", i)}] = service("kube-system", fmt.Sprintf("d%d", i))
+			}
+			close(w.synced)
+			var logs lockedBuffer
+			f := startWith(t, w, store, func(s *Supervisor) {
+				s.log = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+				var err error
+				if s.opts.Worker.Cluster, err = s.opts.Worker.Cluster.WithNodes(tc.nodes); err != nil {
+					t.Fatal(err)
+				}
+			})
+			f.waitFor(t, "bootstrap", f.sup.Bootstrapped)
+			warned := strings.Contains(logs.String(), "More Services per Consul node than advised")
+			if tc.want == "" && warned {
+				t.Errorf("warned with %d selected Services on %d nodes: %s", tc.selected, tc.nodes, logs.String())
+			}
+			if tc.want != "" && (!warned || !strings.Contains(logs.String(), tc.want)) {
+				t.Errorf("log %q, want the advice with %q", logs.String(), tc.want)
+			}
+		})
 	}
 }
