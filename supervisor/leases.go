@@ -101,6 +101,13 @@ type ShardManager struct {
 	wake   chan struct{}
 	seenMu sync.Mutex
 	seen   map[string]sighting // Lease name -> its last change seen here
+
+	// Renew times this replica wrote to its replica Lease (the last few),
+	// and renewals it did not write, under seenMu: another process with the
+	// same --replica-id.
+	ownRenews   []time.Time
+	foreign     int
+	foreignLogs time.Time
 }
 
 // sighting is when this replica last saw a Lease change, by its own clock
@@ -250,6 +257,9 @@ func (m *ShardManager) sight(obj any) {
 	old, had := m.seen[l.Name]
 	if !had || old.rv != l.ResourceVersion || !apiequality.Semantic.DeepEqual(old.spec, l.Spec) {
 		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: holder, at: m.cfg.Now(), first: !had}
+		if l.Name == m.cfg.replicaLease() && holder == m.cfg.Identity {
+			m.checkOwnRenewal(l.Spec.RenewTime)
+		}
 	}
 	m.seenMu.Unlock()
 	if !had || old.holder != holder {
@@ -494,11 +504,42 @@ func (m *ShardManager) sightOwnWrite(before sighting, l *coordinationv1.Lease) {
 	}
 }
 
+// checkOwnRenewal notes a change of this replica's Lease that names it:
+// one of its own renewals, or, once it has renewed at least once, another
+// process's with the same --replica-id. That one would hold the same shards
+// (each takes a shard Lease naming its identity for its own), so it is
+// counted and, from the second one on, logged as an error at most once a
+// lease duration. (The first is not logged: an update whose answer was
+// lost looks the same once.) Called with seenMu held.
+func (m *ShardManager) checkOwnRenewal(renewed *metav1.MicroTime) {
+	if renewed == nil || len(m.ownRenews) == 0 {
+		return // before the first renewal: the Lease an earlier process left
+	}
+	for _, t := range m.ownRenews {
+		if t.Truncate(time.Microsecond).Equal(renewed.Time.Truncate(time.Microsecond)) {
+			return
+		}
+	}
+	m.foreign++
+	m.sup.opts.Hooks.ReplicaIDConflict()
+	if now := m.cfg.Now(); m.foreign >= 2 && now.Sub(m.foreignLogs) >= m.cfg.LeaseDuration {
+		m.foreignLogs = now
+		m.log.Error("Another process renews this replica's Lease: --replica-id must be unique (the default, the pod name, is); both processes hold the same shards",
+			"replica", m.cfg.Identity, "lease", m.cfg.replicaLease(), "foreign_renewals", m.foreign)
+	}
+}
+
 // renewPresence creates or renews this replica's Lease: an update of the
 // watched copy, and a read from the API only when that copy was stale.
 func (m *ShardManager) renewPresence(ctx context.Context) error {
 	api := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	now := metav1.NewMicroTime(m.cfg.Now())
+	m.seenMu.Lock() // noted before the write: its watch event may come first
+	m.ownRenews = append(m.ownRenews, now.Time)
+	if len(m.ownRenews) > 4 {
+		m.ownRenews = m.ownRenews[1:]
+	}
+	m.seenMu.Unlock()
 	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Identity), RenewTime: &now,
 		LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration / time.Second))}
 	l, err := m.leases.Get(m.cfg.replicaLease())

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -248,6 +250,64 @@ func TestStaleReplicaLeaseAtStart(t *testing.T) {
 	clock.advance(5 * time.Second) // no renewal sighted since the start: "live" is not live any more
 	if v := m.observe(); v.live != 1 {
 		t.Errorf("%d live replicas after 5 s without a renewal, want 1", v.live)
+	}
+}
+
+// TestDuplicateReplicaIDIsReported: renewals of this replica's Lease that
+// it did not write (another process with the same --replica-id) are counted
+// and, from the second on, logged as an error; its own renewals, and the
+// Lease an earlier process left before the first renewal, are not.
+func TestDuplicateReplicaIDIsReported(t *testing.T) {
+	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	left := metav1.NewMicroTime(clock.Now().Add(-time.Second))
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-me", Namespace: "leases",
+		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("me"), RenewTime: &left}})
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	f, ctx := startSharded(t, w, store, "c", 1)
+	var logs lockedBuffer
+	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 1,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now,
+		Log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})}, f.sup)
+	stop, ok := m.watch(ctx)
+	t.Cleanup(func() { m.shutdown(); stop() })
+	if !ok {
+		t.Fatal("lease watch did not sync")
+	}
+	foreign := func() int {
+		m.seenMu.Lock()
+		defer m.seenMu.Unlock()
+		return m.foreign
+	}
+	sighted := func(what string, at time.Time) {
+		t.Helper()
+		f.waitFor(t, what, func() bool {
+			m.seenMu.Lock()
+			defer m.seenMu.Unlock()
+			rt := m.seen["fleetsync-c-replica-me"].spec.RenewTime
+			return rt != nil && rt.Time.Equal(at)
+		})
+	}
+
+	for range 3 { // this replica's own renewals
+		clock.advance(2 * time.Second)
+		m.reconcile(ctx, true)
+		sighted("own renewal", clock.Now())
+	}
+	if n := foreign(); n != 0 {
+		t.Fatalf("%d foreign renewals counted among this replica's own and the Lease left at start", n)
+	}
+	twin := clock.Now().Add(700 * time.Millisecond) // the other process's clock
+	renewLease(t, ctx, client, "fleetsync-c-replica-me", twin)
+	sighted("the twin's renewal", twin)
+	if n := foreign(); n != 1 || strings.Contains(logs.String(), "must be unique") {
+		t.Fatalf("after one foreign renewal: counted %d, logged %q; want 1 and no log yet", n, logs.String())
+	}
+	renewLease(t, ctx, client, "fleetsync-c-replica-me", twin.Add(2*time.Second))
+	sighted("the twin's second renewal", twin.Add(2*time.Second))
+	if n := foreign(); n != 2 || !strings.Contains(logs.String(), "--replica-id must be unique") {
+		t.Errorf("after two foreign renewals: counted %d, logged %q; want 2 and the error", n, logs.String())
 	}
 }
 

@@ -64,6 +64,7 @@ type Metrics struct {
 	nodeLost       prometheus.Counter
 	shardHeld      *prometheus.GaugeVec
 	shardMoves     *prometheus.CounterVec
+	idConflicts    prometheus.Counter
 
 	TxnDuration  prometheus.Histogram
 	TxnErrors    prometheus.Counter
@@ -117,6 +118,8 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "1 for each shard this replica holds (with --shards > 1)."}, []string{"shard"})
 	m.shardMoves = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_shard_transitions_total",
 		Help: "Shards gained and lost by this replica."}, []string{"direction"})
+	m.idConflicts = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_shard_replica_id_conflicts_total",
+		Help: "Renewals of this replica's Lease by another process: --replica-id is not unique, and both processes hold the same shards."})
 	m.TxnDuration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_consul_txn_duration_seconds",
 		Help:    "Duration of Consul transactions (one Raft apply each).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}})
@@ -208,6 +211,7 @@ func (h hooks) ShardLost(k int) {
 	h.m.shardHeld.DeleteLabelValues(strconv.Itoa(k))
 	h.m.shardMoves.WithLabelValues("lost").Inc()
 }
+func (h hooks) ReplicaIDConflict() { h.m.idConflicts.Inc() }
 
 // Per-worker and per-state descriptors, exported at scrape time.
 var (

@@ -71,6 +71,7 @@ type Hooks interface {
 	NodeLost()
 	ShardGained(shard int)
 	ShardLost(shard int)
+	ReplicaIDConflict()
 }
 
 type nopHooks struct{}
@@ -84,6 +85,7 @@ func (nopHooks) InformersSynced()                     {}
 func (nopHooks) NodeLost()                            {}
 func (nopHooks) ShardGained(int)                      {}
 func (nopHooks) ShardLost(int)                        {}
+func (nopHooks) ReplicaIDConflict()                   {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
