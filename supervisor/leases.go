@@ -120,6 +120,10 @@ type sighting struct {
 	first  bool // at is when this replica first listed the Lease, not a change
 }
 
+func newSighting(l *coordinationv1.Lease, at time.Time, first bool) sighting {
+	return sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: ptr.Deref(l.Spec.HolderIdentity, ""), at: at, first: first}
+}
+
 // changed is when the Lease last changed, for counting live replicas only.
 // A Lease seen only in this replica's first list has an unknown age here;
 // its holder's renew time stands in (so a Lease left by a crashed replica
@@ -256,7 +260,7 @@ func (m *ShardManager) sight(obj any) {
 	m.seenMu.Lock()
 	old, had := m.seen[l.Name]
 	if !had || old.rv != l.ResourceVersion || !apiequality.Semantic.DeepEqual(old.spec, l.Spec) {
-		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: holder, at: m.cfg.Now(), first: !had}
+		m.seen[l.Name] = newSighting(l, m.cfg.Now(), !had)
 		if l.Name == m.cfg.replicaLease() && holder == m.cfg.Identity {
 			m.checkOwnRenewal(l.Spec.RenewTime)
 		}
@@ -500,7 +504,7 @@ func (m *ShardManager) sightOwnWrite(before sighting, l *coordinationv1.Lease) {
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	if cur := m.seen[l.Name]; cur.rv == before.rv && apiequality.Semantic.DeepEqual(cur.spec, before.spec) {
-		m.seen[l.Name] = sighting{rv: l.ResourceVersion, spec: *l.Spec.DeepCopy(), holder: ptr.Deref(l.Spec.HolderIdentity, ""), at: m.cfg.Now()}
+		m.seen[l.Name] = newSighting(l, m.cfg.Now(), false)
 	}
 }
 

@@ -189,33 +189,48 @@ func (b *bench) idle() error {
 }
 
 func (b *bench) measureIdle(label string, d time.Duration) error {
-	a0, err := b.quietApplies(2 * time.Second)
+	w, err := b.idleWindow(b.daemon.Pid(), d)
 	if err != nil {
 		return err
 	}
-	pid := b.daemon.Pid()
+	b.res.add("idle", label+": Raft applies while idle", w.applies, "applies", fmt.Sprintf("over %s", w.elapsed.Round(time.Second)))
+	b.res.add("idle", label+": Raft applies per minute", math.Round(w.applies/w.elapsed.Minutes()*100)/100, "applies/min", "target 0")
+	b.res.add("idle", label+": fleetsync CPU time", math.Round(w.cpu*100)/100, "s CPU", fmt.Sprintf("over %s, /proc/<pid>/stat", w.elapsed.Round(time.Second)))
+	b.res.add("idle", label+": fleetsync CPU use", math.Round(w.cpu/w.elapsed.Seconds()*100*1000)/1000, "% of a core", "")
+	return nil
+}
+
+// idleCost is what an idle window cost: Raft applies, CPU seconds of one
+// process, and how long it lasted.
+type idleCost struct {
+	applies, cpu float64
+	elapsed      time.Duration
+}
+
+// idleWindow waits for Consul's applies to settle, then measures the Raft
+// applies and pid's CPU time over d.
+func (b *bench) idleWindow(pid int, d time.Duration) (idleCost, error) {
+	a0, err := b.quietApplies(2 * time.Second)
+	if err != nil {
+		return idleCost{}, err
+	}
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	t0 := time.Now()
 	if err := sleep(b.ctx, d); err != nil {
-		return err
+		return idleCost{}, err
 	}
 	a1, err := b.applies()
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	cpu1, err := cpuSeconds(pid)
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
-	el := time.Since(t0)
-	b.res.add("idle", label+": Raft applies while idle", a1-a0, "applies", fmt.Sprintf("over %s", el.Round(time.Second)))
-	b.res.add("idle", label+": Raft applies per minute", math.Round((a1-a0)/el.Minutes()*100)/100, "applies/min", "target 0")
-	b.res.add("idle", label+": fleetsync CPU time", math.Round((cpu1-cpu0)*100)/100, "s CPU", fmt.Sprintf("over %s, /proc/<pid>/stat", el.Round(time.Second)))
-	b.res.add("idle", label+": fleetsync CPU use", math.Round((cpu1-cpu0)/el.Seconds()*100*1000)/1000, "% of a core", "")
-	return nil
+	return idleCost{applies: a1 - a0, cpu: cpu1 - cpu0, elapsed: time.Since(t0)}, nil
 }
 
 // memPoint is the daemon's memory at one size.

@@ -242,23 +242,12 @@ func (b *bench) inprocess() error {
 
 	// Idle at this size.
 	idleFor := min(b.opts.idle, 30*time.Second)
-	a0, err := b.quietApplies(2 * time.Second)
+	w, err := b.idleWindow(os.Getpid(), idleFor)
 	if err != nil {
 		return err
 	}
-	cpu2, _ := cpuSeconds(os.Getpid())
-	t0 := time.Now()
-	if err := sleep(b.ctx, idleFor); err != nil {
-		return err
-	}
-	a1, err := b.applies()
-	if err != nil {
-		return err
-	}
-	cpu3, _ := cpuSeconds(os.Getpid())
-	el := time.Since(t0)
-	b.res.add(sc, size+": Raft applies per minute while idle", math.Round((a1-a0)/el.Minutes()*100)/100, "applies/min", fmt.Sprintf("over %s", el.Round(time.Second)))
-	b.res.add(sc, size+": CPU while idle", math.Round((cpu3-cpu2)/el.Seconds()*100*1000)/1000, "% of a core", "the whole benchmark process")
+	b.res.add(sc, size+": Raft applies per minute while idle", math.Round(w.applies/w.elapsed.Minutes()*100)/100, "applies/min", fmt.Sprintf("over %s", w.elapsed.Round(time.Second)))
+	b.res.add(sc, size+": CPU while idle", math.Round(w.cpu/w.elapsed.Seconds()*100*1000)/1000, "% of a core", "the whole benchmark process")
 	return nil
 }
 
