@@ -110,17 +110,30 @@ func (c Cluster) NodeNameFor(instanceID string) string {
 
 // IsNode reports whether name is one of the cluster's synthetic nodes,
 // whatever the number of nodes now (instances stay where they were
-// written when it changes).
+// written when it changes): NodeName() or NodeName()+"."+n with n exactly
+// as NodeNameFor writes it, 1 to MaxNodes-1 in ASCII decimal digits
+// without sign or leading zero.
 func (c Cluster) IsNode(name string) bool {
 	if name == c.NodeName() {
 		return true
 	}
 	b, ok := strings.CutPrefix(name, c.NodeName()+".")
-	if !ok || b == "" || b[0] == '0' {
+	return ok && isNodeNumber(b)
+}
+
+// isNodeNumber reports whether s is the canonical decimal form of a node
+// number 1..MaxNodes-1. strconv.Atoi alone would also take "+1".
+func isNodeNumber(s string) bool {
+	if s == "" || len(s) > len(strconv.Itoa(MaxNodes-1)) || s[0] == '0' {
 		return false
 	}
-	n, err := strconv.Atoi(b)
-	return err == nil && n > 0 && n < MaxNodes
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	n, err := strconv.Atoi(s)
+	return err == nil && n < MaxNodes
 }
 
 // Tag returns the ownership tag.

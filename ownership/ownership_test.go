@@ -159,3 +159,69 @@ func TestNodesSpreadServicesAndStayOwned(t *testing.T) {
 		}
 	}
 }
+
+// TestIsNode: only k8s-<id> and k8s-<id>.<n>, n written as NodeNameFor
+// writes it (1..MaxNodes-1, ASCII decimal, no sign, no leading zero), are
+// the cluster's nodes; every other spelling of a number is someone else's.
+func TestIsNode(t *testing.T) {
+	east, _ := New("east")
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"k8s-east", true},
+		{"k8s-east.1", true},
+		{"k8s-east.9", true},
+		{"k8s-east.10", true},
+		{"k8s-east.512", true},
+		{"k8s-east.1023", true},
+
+		{"k8s-east.", false},
+		{"k8s-east.0", false},
+		{"k8s-east.00", false},
+		{"k8s-east.01", false},
+		{"k8s-east.001", false},
+		{"k8s-east.+1", false},
+		{"k8s-east.+01", false},
+		{"k8s-east.-1", false},
+		{"k8s-east.-0", false},
+		{"k8s-east.1024", false},
+		{"k8s-east.9999", false},
+		{"k8s-east.10000", false},
+		{"k8s-east.99999999999999999999", false},
+		{"k8s-east.1e3", false},
+		{"k8s-east.0x1", false},
+		{"k8s-east.1_0", false},
+		{"k8s-east. 1", false},
+		{"k8s-east.1 ", false},
+		{"k8s-east.1\n", false},
+		{"k8s-east.\u0661", false},       // ARABIC-INDIC DIGIT ONE
+		{"k8s-east.\uff11", false},       // FULLWIDTH DIGIT ONE
+		{"k8s-east.\u0967\u0968", false}, // DEVANAGARI 12
+		{"k8s-east.1.2", false},
+		{"k8s-east-1", false},
+		{"k8s-eastern.1", false},
+		{"k8s-west.1", false},
+		{"east.1", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Quote(tt.name), func(t *testing.T) {
+			if got := east.IsNode(tt.name); got != tt.want {
+				t.Errorf("IsNode(%q) = %t, want %t", tt.name, got, tt.want)
+			}
+		})
+	}
+	// Every name NodeNameFor can produce is one of ours, at any node count.
+	for _, n := range []int{2, 7, MaxNodes} {
+		c, err := east.WithNodes(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2000 {
+			if name := c.NodeNameFor(c.InstanceID("ns", "svc-"+strconv.Itoa(i), "10.0.0.1", 80)); !east.IsNode(name) {
+				t.Fatalf("%d nodes: NodeNameFor gave %q, which IsNode refuses", n, name)
+			}
+		}
+	}
+}
