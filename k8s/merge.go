@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"unicode/utf8"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
@@ -54,7 +55,7 @@ func (m *merger) addEndpoint(ep *discoveryv1.Endpoint, i int, family discoveryv1
 		report("endpoints[%d]: no addresses, ignored", i)
 		return
 	}
-	base := endpointOf(ep)
+	base := endpointOf(ep, i, report)
 	for j, raw := range ep.Addresses {
 		reportAt := func(format string, args ...any) {
 			report("endpoints[%d].addresses[%d] %q: %s", i, j, raw, fmt.Sprintf(format, args...))
@@ -110,21 +111,46 @@ func (m *merger) result() ([]Endpoint, []string) {
 	return m.endpoints, m.problems
 }
 
-// endpointOf returns the conditions and location of ep, without address
-// or ports.
-func endpointOf(ep *discoveryv1.Endpoint) Endpoint {
+// endpointOf returns the conditions and location of ep (endpoints[i] of its
+// slice), without address or ports. A location field Consul cannot store
+// as a meta value is left out with a problem; the endpoint stays.
+func endpointOf(ep *discoveryv1.Endpoint, i int, report reporter) Endpoint {
 	ready := ptr.Deref(ep.Conditions.Ready, true)
 	e := Endpoint{
 		Ready:       ready,
 		Serving:     ptr.Deref(ep.Conditions.Serving, ready),
 		Terminating: ptr.Deref(ep.Conditions.Terminating, false),
-		Node:        ptr.Deref(ep.NodeName, ""),
-		Zone:        ptr.Deref(ep.Zone, ""),
+		Node:        metaValue(ptr.Deref(ep.NodeName, ""), i, "nodeName", report),
+		Zone:        metaValue(ptr.Deref(ep.Zone, ""), i, "zone", report),
 	}
 	if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
-		e.Pod = ep.TargetRef.Name
+		e.Pod = metaValue(ep.TargetRef.Name, i, "targetRef.name", report)
 	}
 	return e
+}
+
+// MaxMetaValueLen is Consul's limit on a service meta value, in bytes.
+// Endpoint.Pod, Node and Zone become meta values (k8s-pod, k8s-node,
+// k8s-zone), and Kubernetes does not validate them in a hand-made
+// EndpointSlice: one over the limit would make Consul refuse every write
+// of the Service.
+const MaxMetaValueLen = 512
+
+// metaValue returns v when Consul can store it as a service meta value as
+// it is, else "" and a problem naming field of endpoints[i]. Invalid UTF-8
+// is left out too: Consul's JSON would store it altered, so the read-back
+// would never equal the desired value and every anti-entropy pass would
+// write it again.
+func metaValue(v string, i int, field string, report reporter) string {
+	switch {
+	case len(v) > MaxMetaValueLen:
+		report("endpoints[%d].%s: %d bytes, over Consul's %d for a meta value: left out", i, field, len(v), MaxMetaValueLen)
+		return ""
+	case !utf8.ValidString(v):
+		report("endpoints[%d].%s: not valid UTF-8, which Consul cannot store as it is: left out", i, field)
+		return ""
+	}
+	return v
 }
 
 // slicePorts maps port name to number for one slice. A port without a

@@ -3,6 +3,7 @@ package k8s
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -170,6 +171,77 @@ func TestServiceMerge(t *testing.T) {
 			want: []Endpoint{ready("10.0.0.1", "p1", map[string]int32{}), ready("10.0.0.2", "p2", map[string]int32{})},
 		},
 		{
+			name: "location fields over Consul's meta value limit left out, endpoints kept",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-abc", "web", v4, ports(namedPort("http", 8080)),
+					endpoint("p0", "10.0.0.10"),
+					withLocation(endpoint("p1", "10.0.0.11"), "", "", strings.Repeat("z", 600)),
+					withLocation(endpoint("p2", "10.0.0.12"), "", strings.Repeat("n", 513), ""),
+					withLocation(endpoint("p3", "10.0.0.13"), strings.Repeat("p", 1000), "", ""),
+					withLocation(endpoint("p4", "10.0.0.14", "10.0.1.14"), strings.Repeat("p", 600), strings.Repeat("n", 600), strings.Repeat("z", 600))),
+			},
+			want: []Endpoint{
+				ready("10.0.0.10", "p0", http),
+				{Address: "10.0.0.11", Ports: http, Ready: true, Serving: true, Pod: "p1", Node: "node-p1"},
+				{Address: "10.0.0.12", Ports: http, Ready: true, Serving: true, Pod: "p2", Zone: "zone-a"},
+				{Address: "10.0.0.13", Ports: http, Ready: true, Serving: true, Node: "node-p3", Zone: "zone-a"},
+				{Address: "10.0.0.14", Ports: http, Ready: true, Serving: true},
+				{Address: "10.0.1.14", Ports: http, Ready: true, Serving: true},
+			},
+			problems: []string{ // one per field, not per address
+				"EndpointSlice shop/web-abc: endpoints[1].zone: 600 bytes, over Consul's 512 for a meta value: left out",
+				"EndpointSlice shop/web-abc: endpoints[2].nodeName: 513 bytes, over Consul's 512 for a meta value: left out",
+				"EndpointSlice shop/web-abc: endpoints[3].targetRef.name: 1000 bytes, over Consul's 512 for a meta value: left out",
+				"EndpointSlice shop/web-abc: endpoints[4].nodeName: 600 bytes, over Consul's 512 for a meta value: left out",
+				"EndpointSlice shop/web-abc: endpoints[4].targetRef.name: 600 bytes, over Consul's 512 for a meta value: left out",
+				"EndpointSlice shop/web-abc: endpoints[4].zone: 600 bytes, over Consul's 512 for a meta value: left out",
+			},
+		},
+		{
+			name: "location fields of exactly 512 bytes kept, multi-byte characters counted in bytes",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
+					withLocation(endpoint("p1", "10.0.0.1"), strings.Repeat("p", 512), strings.Repeat("n", 512), strings.Repeat("é", 256)),
+					withLocation(endpoint("p2", "10.0.0.2"), "", "", strings.Repeat("é", 257))),
+			},
+			want: []Endpoint{
+				{Address: "10.0.0.1", Ports: http, Ready: true, Serving: true, Pod: strings.Repeat("p", 512), Node: strings.Repeat("n", 512), Zone: strings.Repeat("é", 256)},
+				{Address: "10.0.0.2", Ports: http, Ready: true, Serving: true, Pod: "p2", Node: "node-p2"},
+			},
+			problems: []string{"EndpointSlice shop/web-a: endpoints[1].zone: 514 bytes, over Consul's 512 for a meta value: left out"},
+		},
+		{
+			name: "location fields that are not valid UTF-8 left out",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
+					withLocation(endpoint("p1", "10.0.0.1"), "pod-\xff", "node-\xc3", "zone-\x80")),
+			},
+			want: []Endpoint{{Address: "10.0.0.1", Ports: http, Ready: true, Serving: true}},
+			problems: []string{
+				"EndpointSlice shop/web-a: endpoints[0].nodeName: not valid UTF-8, which Consul cannot store as it is: left out",
+				"EndpointSlice shop/web-a: endpoints[0].targetRef.name: not valid UTF-8, which Consul cannot store as it is: left out",
+				"EndpointSlice shop/web-a: endpoints[0].zone: not valid UTF-8, which Consul cannot store as it is: left out",
+			},
+		},
+		{
+			name: "a field left out in one copy of an address is filled in from another",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
+					withLocation(endpoint("p1", "10.0.0.1"), "", "", strings.Repeat("z", 600))),
+				newTestSlice("shop", "web-b", "web", v4, ports(namedPort("http", 8080)), endpoint("p1", "10.0.0.1")),
+			},
+			want:     []Endpoint{ready("10.0.0.1", "p1", http)},
+			problems: []string{"EndpointSlice shop/web-a: endpoints[0].zone: 600 bytes, over Consul's 512 for a meta value: left out"},
+		},
+		{
+			name: "targetRef of another kind and fields Consul never sees are not checked",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
+					withHostnameAndHints(withTargetRef(endpoint("p1", "10.0.0.1"), strings.Repeat("K", 600), strings.Repeat("x", 600)), strings.Repeat("h", 600), strings.Repeat("z", 600))),
+			},
+			want: []Endpoint{{Address: "10.0.0.1", Ports: http, Ready: true, Serving: true, Node: "node-p1", Zone: "zone-a"}},
+		},
+		{
 			name: "slices of other services and unlabelled slices are not merged",
 			slices: []*discoveryv1.EndpointSlice{
 				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)), endpoint("p1", "10.0.0.1")),
@@ -200,6 +272,34 @@ func TestServiceMerge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withLocation replaces the non-empty ones of pod (targetRef.name), node
+// and zone.
+func withLocation(ep discoveryv1.Endpoint, pod, node, zone string) discoveryv1.Endpoint {
+	if pod != "" {
+		ref := *ep.TargetRef
+		ref.Name = pod
+		ep.TargetRef = &ref
+	}
+	if node != "" {
+		ep.NodeName = ptr.To(node)
+	}
+	if zone != "" {
+		ep.Zone = ptr.To(zone)
+	}
+	return ep
+}
+
+func withTargetRef(ep discoveryv1.Endpoint, kind, name string) discoveryv1.Endpoint {
+	ep.TargetRef = &corev1.ObjectReference{Kind: kind, Namespace: "shop", Name: name}
+	return ep
+}
+
+func withHostnameAndHints(ep discoveryv1.Endpoint, hostname, hintZone string) discoveryv1.Endpoint {
+	ep.Hostname = ptr.To(hostname)
+	ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: hintZone}}}
+	return ep
 }
 
 func dump(eps []Endpoint) string {

@@ -15,7 +15,9 @@ type Port struct {
 }
 
 // Endpoint is one endpoint address of a Service, merged across all its
-// EndpointSlices.
+// EndpointSlices. Pod, Node and Zone are each "" or valid UTF-8 of at most
+// MaxMetaValueLen bytes, so they can be Consul meta values; a slice value
+// that is not is left out, with a Problem.
 type Endpoint struct {
 	Address     string           // one IP (v4 or v6), canonical form (netip)
 	Ports       map[string]int32 // EndpointSlice port name ("" for an unnamed port) -> port; never nil, owned by this Endpoint
