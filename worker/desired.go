@@ -48,6 +48,13 @@ type Config struct {
 	K8sTag             string // tag added to every instance ("" for none)
 	Terminating        TerminatingPolicy
 	RegisterNotReady   bool // register not-ready endpoints with a critical check
+	// ReservedTag reports whether tag is the ownership tag (the cluster id)
+	// of another cluster in the same Consul, and which. Such a user tag is
+	// dropped with a warning: <other>.<name>.service.consul must resolve
+	// only the other cluster's instances. Desired passes the tag lowercased
+	// (Consul matches tags case-insensitively; cluster ids are lowercase).
+	// It must be safe for concurrent use. nil: nothing is reserved.
+	ReservedTag func(tag string) (cluster string, reserved bool)
 }
 
 // Spec is the desired state of one Service in Consul.
@@ -87,10 +94,11 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 		return spec, err
 	}
 	spec.Name = name
-	tags, err := userTags(svc, cfg)
+	tags, dropped, err := userTags(svc, cfg, name)
 	if err != nil {
 		return spec, err
 	}
+	spec.Warnings = append(spec.Warnings, dropped...)
 	meta, err := userMeta(svc)
 	if err != nil {
 		return spec, err
@@ -142,23 +150,49 @@ func serviceName(svc *k8s.Service, cfg Config) (string, error) {
 	return name, nil
 }
 
-func userTags(svc *k8s.Service, cfg Config) ([]string, error) {
-	var tags []string
+// userTags returns the --k8s-tag and service-tags tags of Consul service
+// name, and a warning for each one left out because it is another
+// cluster's ownership tag.
+func userTags(svc *k8s.Service, cfg Config, name string) (tags, warnings []string, err error) {
+	key := svc.Key.String()
 	if cfg.K8sTag != "" {
-		tags = append(tags, cfg.K8sTag)
+		if cluster, ok := reservedTag(cfg, cfg.K8sTag); ok {
+			warnings = append(warnings, fmt.Sprintf("service %s: --k8s-tag %s", key, reservedReason(cfg.K8sTag, cluster, name)))
+		} else {
+			tags = append(tags, cfg.K8sTag)
+		}
 	}
 	if v, ok := svc.Annotations[AnnotationTags]; ok {
 		parsed, err := ParseTags(v)
 		if err != nil {
-			return nil, annotationError(svc.Key.String(), AnnotationTags, v, err.Error())
+			return nil, nil, annotationError(key, AnnotationTags, v, err.Error())
 		}
 		for _, t := range parsed {
+			if cluster, ok := reservedTag(cfg, t); ok {
+				warnings = append(warnings, annotationError(key, AnnotationTags, v, "tag "+reservedReason(t, cluster, name)).Error())
+				continue
+			}
 			if !slices.Contains(tags, t) {
 				tags = append(tags, t)
 			}
 		}
 	}
-	return tags, nil
+	return tags, warnings, nil
+}
+
+// reservedTag reports whether tag is the ownership tag of a cluster other
+// than cfg's, as Consul compares tags (ignoring case).
+func reservedTag(cfg Config, tag string) (string, bool) {
+	if cfg.ReservedTag == nil {
+		return "", false
+	}
+	cluster, ok := cfg.ReservedTag(strings.ToLower(tag))
+	return cluster, ok && cluster != cfg.Cluster.ID()
+}
+
+func reservedReason(tag, cluster, name string) string {
+	return fmt.Sprintf("%q is the ownership tag of cluster %s in this Consul, so %s.%s.service.consul would also return this cluster's instances: left out",
+		tag, cluster, cluster, name)
 }
 
 func userMeta(svc *k8s.Service) (map[string]string, error) {

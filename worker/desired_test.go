@@ -109,6 +109,44 @@ func TestDesired(t *testing.T) {
 			want: []consul.Instance{withTags(passing(a, 8080), "blue", "east")},
 		},
 		{
+			name:     "user tag equal to another cluster's id left out with a warning",
+			svc:      newSvc([]k8s.Endpoint{a}, withAnn(AnnotationTags, "v1,west,blue")),
+			cfg:      func(c *Config) { c.ReservedTag = reserveClusters("west", "north") },
+			want:     []consul.Instance{withTags(passing(a, 8080), "k8s", "v1", "blue", "east")},
+			warnings: []string{`service shop/web: annotation consul.hashicorp.com/service-tags="v1,west,blue": tag "west" is the ownership tag of cluster west in this Consul, so west.web.service.consul would also return this cluster's instances: left out`},
+		},
+		{
+			name: "reserved tags matched as Consul does, ignoring case; one warning each",
+			svc:  newSvc([]k8s.Endpoint{a}, withAnn(AnnotationTags, "West,v1,NORTH,west")),
+			cfg:  func(c *Config) { c.ReservedTag = reserveClusters("west", "north") },
+			want: []consul.Instance{withTags(passing(a, 8080), "k8s", "v1", "east")},
+			warnings: []string{
+				`tag "West" is the ownership tag of cluster west`,
+				`tag "NORTH" is the ownership tag of cluster north`,
+				`tag "west" is the ownership tag of cluster west`,
+			},
+		},
+		{
+			name:     "--k8s-tag equal to another cluster's id left out with a warning naming the flag",
+			svc:      newSvc([]k8s.Endpoint{a}, withAnn(AnnotationName, "api")),
+			cfg:      func(c *Config) { c.K8sTag = "west"; c.ReservedTag = reserveClusters("west") },
+			want:     []consul.Instance{withTags(withName(passing(a, 8080), "api"), "east")},
+			wantName: "api",
+			warnings: []string{`service shop/web: --k8s-tag "west" is the ownership tag of cluster west in this Consul, so west.api.service.consul would also return this cluster's instances: left out`},
+		},
+		{
+			name: "own cluster id is never reserved",
+			svc:  newSvc([]k8s.Endpoint{a}, withAnn(AnnotationTags, "v1,east")),
+			cfg:  func(c *Config) { c.ReservedTag = reserveClusters("east", "west") },
+			want: []consul.Instance{withTags(passing(a, 8080), "k8s", "v1", "east")},
+		},
+		{
+			name: "no other cluster: tags kept",
+			svc:  newSvc([]k8s.Endpoint{a}, withAnn(AnnotationTags, "west")),
+			cfg:  func(c *Config) { c.ReservedTag = reserveClusters() },
+			want: []consul.Instance{withTags(passing(a, 8080), "k8s", "west", "east")},
+		},
+		{
 			name: "user meta next to the instance meta",
 			svc:  newSvc([]k8s.Endpoint{a}, withAnn(AnnotationMeta+"team", "payments", AnnotationMeta+"tier", "")),
 			want: []consul.Instance{withMeta(passing(a, 8080), "team", "payments", "tier", "")},
@@ -248,6 +286,16 @@ func TestDesired(t *testing.T) {
 				t.Error("Desired modified its input")
 			}
 		})
+	}
+}
+
+// reserveClusters is a Config.ReservedTag naming the given cluster ids.
+func reserveClusters(ids ...string) func(string) (string, bool) {
+	return func(tag string) (string, bool) {
+		if slices.Contains(ids, tag) {
+			return tag, true
+		}
+		return "", false
 	}
 }
 
