@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -21,7 +23,7 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, health *consul
 	mux := http.NewServeMux()
 	if cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline(os.Args))
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -91,4 +93,68 @@ func writeTable(w http.ResponseWriter, sts []worker.Status) {
 			s.Desired, s.Registered, s.Pending, last, s.LastError)
 	}
 	_ = tw.Flush()
+}
+
+// redacted replaces the value of a secret flag in what the HTTP listener
+// shows.
+const redacted = "<redacted>"
+
+// redactedCmdline serves what pprof.Cmdline does (the command line,
+// NUL-separated) with the value of every secret flag replaced: a
+// --consul-token given as a flag must not be readable by whoever reaches
+// /debug/pprof/.
+func redactedCmdline(args []string) http.HandlerFunc {
+	body := strings.Join(redactArgs(args), "\x00")
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprint(w, body)
+	}
+}
+
+// redactArgs returns a copy of a command line (program first) with the
+// value of every secret flag replaced by redacted, in the forms Go's flag
+// package takes: -name=value, --name=value, and -name value, --name value
+// (the next argument is the value).
+func redactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := 1; i < len(out); i++ {
+		name, _, hasValue := strings.Cut(flagName(out[i]), "=")
+		if name == "" || !secretFlag(name) {
+			continue
+		}
+		if hasValue {
+			out[i] = out[i][:strings.Index(out[i], "=")+1] + redacted
+			continue
+		}
+		if i+1 < len(out) {
+			i++
+			out[i] = redacted
+		}
+	}
+	return out
+}
+
+// flagName returns arg without its one or two leading dashes ("name" or
+// "name=value"), or "" when arg is not a flag.
+func flagName(arg string) string {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return ""
+	}
+	arg = arg[1:]
+	if arg[0] == '-' {
+		arg = arg[1:]
+	}
+	return arg
+}
+
+// secretFlag reports whether the flag called name holds a secret: its name
+// says token, password or secret, and it is not a *-file flag (those hold a
+// path).
+func secretFlag(name string) bool {
+	name = strings.ToLower(name)
+	if strings.HasSuffix(name, "-file") {
+		return false
+	}
+	return strings.Contains(name, "token") || strings.Contains(name, "password") || strings.Contains(name, "secret")
 }
