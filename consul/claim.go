@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -28,20 +29,49 @@ type ClaimValue struct {
 // id belongs to another Kubernetes cluster.
 var ErrClaimedByOther = errors.New("cluster id claimed by another Kubernetes cluster")
 
+// ErrClaimLost is matched by the error Apply returns (and Claim.Op) when
+// the cluster id's claim names another Kubernetes cluster now: this process
+// must not write, above all not delete, since the other cluster's instances
+// carry the same mark.
+var ErrClaimLost = errors.New("cluster-id claim lost to another Kubernetes cluster")
+
+// ClaimLostError says who holds the claim now.
+type ClaimLostError struct{ Msg string }
+
+func (e *ClaimLostError) Error() string { return e.Msg }
+func (e *ClaimLostError) Is(target error) bool {
+	return target == ErrClaimLost || target == ErrRefused
+}
+
 // Claim is a held claim of a cluster id: a KV key under the prefix, locked
 // by a Consul session that lives as long as the process (renewed every TTL/2;
 // Release destroys it). Replicas of the same Kubernetes cluster share the
 // claim: one holds the lock, the others check the value and retry the lock
 // while they run. Release leaves the value in place, so a different cluster
 // stays refused after this one stops.
+//
+// A Claim is also a Guard for the consul Client: every transaction carries
+// a check that the claim key is still at the index this process last saw
+// naming its own Kubernetes cluster, so from the moment another cluster
+// takes the claim no write of this process can land. A failed check re-reads
+// the key: still ours (a replica took or released the lock, or Consul lost
+// its data and the key is free again: it is claimed again), writing goes on;
+// another cluster's, the claim is lost: Op refuses every write until the key
+// is free again or names this cluster.
 type Claim struct {
 	api     *api.Client
 	key     string
 	value   ClaimValue
-	session string
+	ttl     time.Duration
+	timeout time.Duration
 	log     hclog.Logger
 	done    chan struct{}
 	stopped chan struct{}
+
+	mu      sync.Mutex // serialises verify; guards the fields below
+	session string
+	index   uint64 // ModifyIndex of the key when last seen naming this cluster
+	lost    string // why writing is refused; "" while the claim is ours
 }
 
 // ClaimOptions say what to claim.
@@ -52,7 +82,12 @@ type ClaimOptions struct {
 	Holder    string // e.g. the pod name
 	Takeover  bool   // overwrite another cluster's claim when no live session holds it
 	TTL       time.Duration
-	Log       hclog.Logger
+	// RequestTimeout bounds each request (default DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// CheckInterval is how often the claim is renewed and re-checked
+	// (default min(TTL/2, 5s)).
+	CheckInterval time.Duration
+	Log           hclog.Logger
 }
 
 // ClaimClusterID claims opts.ClusterID for opts.KubeUID or explains who has
@@ -64,35 +99,63 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 	if opts.TTL <= 0 {
 		opts.TTL = 30 * time.Second
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = min(opts.TTL/2, 5*time.Second)
+	}
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
-	q := (&api.WriteOptions{}).WithContext(ctx)
-	session, _, err := c.Session().Create(&api.SessionEntry{
-		Name: "fleetsync " + opts.ClusterID + " " + opts.Holder, TTL: opts.TTL.String(),
-		Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
-	}, q)
-	if err != nil {
-		return nil, fmt.Errorf("claim cluster id %q: create consul session: %w", opts.ClusterID, err)
-	}
-	cl := &Claim{api: c, key: key, session: session, log: opts.Log, done: make(chan struct{}), stopped: make(chan struct{}),
+	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log,
+		done: make(chan struct{}), stopped: make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
-	if err := cl.establish(ctx, opts.Takeover); err != nil {
-		_, _ = c.Session().Destroy(session, nil)
+	if err := cl.newSession(ctx); err != nil {
 		return nil, err
 	}
-	go cl.keep(opts.TTL)
+	cl.mu.Lock()
+	err := cl.establish(ctx, opts.Takeover)
+	cl.mu.Unlock()
+	if err != nil {
+		cl.destroySession()
+		return nil, err
+	}
+	go cl.keep(opts.CheckInterval)
 	return cl, nil
 }
 
-// establish checks the key and takes the lock when it is free.
+func (cl *Claim) newSession(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
+	defer cancel()
+	session, _, err := cl.api.Session().Create(&api.SessionEntry{
+		Name: "fleetsync " + cl.value.ClusterID + " " + cl.value.Holder, TTL: cl.ttl.String(),
+		Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
+	}, (&api.WriteOptions{}).WithContext(rctx))
+	if err != nil {
+		return fmt.Errorf("claim cluster id %q: create consul session: %w", cl.value.ClusterID, err)
+	}
+	cl.session = session
+	return nil
+}
+
+func (cl *Claim) destroySession() {
+	ctx, cancel := context.WithTimeout(context.Background(), cl.timeout)
+	defer cancel()
+	if _, err := cl.api.Session().Destroy(cl.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		cl.log.Warn("Cannot release the cluster-id claim session", "error", err)
+	}
+}
+
+// establish checks the key and takes the lock when it is free; on success
+// cl.index is the key's index naming this cluster. cl.mu is held.
 func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 	kv := cl.api.KV()
 	for attempt := 0; attempt < 5; attempt++ {
-		pair, _, err := kv.Get(cl.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		pair, err := cl.read(ctx)
 		if err != nil {
-			return fmt.Errorf("claim cluster id %q: read %s: %w", cl.value.ClusterID, cl.key, err)
+			return err
 		}
 		if pair != nil {
 			var have ClaimValue
@@ -108,86 +171,176 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 					return fmt.Errorf("%w: cluster id %q is held right now by a running fleetsync of Kubernetes cluster %s (holder %q); stop it before --takeover-cluster-id", ErrClaimedByOther, cl.value.ClusterID, have.KubeUID, have.Holder)
 				}
 				cl.log.Warn("Taking over a cluster id claimed by another Kubernetes cluster", "key", cl.key, "previous_kube_uid", have.KubeUID, "previous_holder", have.Holder)
-				ok, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(ctx))
+				rctx, cancel := context.WithTimeout(ctx, cl.timeout)
+				ok, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(rctx))
+				cancel()
 				if err != nil {
 					return fmt.Errorf("claim cluster id %q: take over %s: %w", cl.value.ClusterID, cl.key, err)
 				}
 				if !ok {
 					continue // changed meanwhile: look again
 				}
+				continue // read the index of what we wrote
 			}
 			if pair.Session != "" && pair.Session != cl.session {
-				cl.log.Info("Cluster id claimed by this Kubernetes cluster; another replica holds the lock", "key", cl.key, "holder", have.Holder)
+				cl.index = pair.ModifyIndex
+				cl.log.Debug("Cluster id claimed by this Kubernetes cluster; another replica holds the lock", "key", cl.key, "holder", have.Holder)
+				return nil
+			}
+			if pair.Session == cl.session {
+				cl.index = pair.ModifyIndex
 				return nil
 			}
 		}
-		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, (&api.WriteOptions{}).WithContext(ctx))
+		rctx, cancel := context.WithTimeout(ctx, cl.timeout)
+		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, (&api.WriteOptions{}).WithContext(rctx))
+		cancel()
 		if err != nil {
 			return fmt.Errorf("claim cluster id %q: lock %s: %w", cl.value.ClusterID, cl.key, err)
 		}
 		if ok {
 			cl.log.Info("Claimed cluster id", "key", cl.key, "kube_uid", cl.value.KubeUID)
-			return nil
 		}
+		// Look again: the index of our lock, or who was faster.
 	}
 	return fmt.Errorf("claim cluster id %q: key %s kept changing", cl.value.ClusterID, cl.key)
 }
 
-// keep renews the session and retries the lock while another replica holds
-// it, until Release.
-func (cl *Claim) keep(ttl time.Duration) {
+func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
+	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
+	defer cancel()
+	pair, _, err := cl.api.KV().Get(cl.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
+	if err != nil {
+		return nil, fmt.Errorf("claim cluster id %q: read %s: %w", cl.value.ClusterID, cl.key, err)
+	}
+	return pair, nil
+}
+
+// Op is the guard op of every transaction: the claim key must still be at
+// the index last seen naming this cluster.
+func (cl *Claim) Op() (*api.TxnOp, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.lost != "" {
+		return nil, &ClaimLostError{Msg: cl.lost}
+	}
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: cl.index}}, nil
+}
+
+// Failed re-checks the claim after a transaction's guard op failed.
+func (cl *Claim) Failed(ctx context.Context) error {
+	return cl.verify(ctx)
+}
+
+// Held reports whether this process may write, and why not.
+func (cl *Claim) Held() (bool, string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.lost == "", cl.lost
+}
+
+// verify reads the claim and decides: still ours (index updated; the lock
+// taken when free), free (claimed again), or another cluster's (lost).
+func (cl *Claim) verify(ctx context.Context) error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	pair, err := cl.read(ctx)
+	if err != nil {
+		return err
+	}
+	if pair != nil {
+		var have ClaimValue
+		if json.Unmarshal(pair.Value, &have) == nil && have.KubeUID != cl.value.KubeUID {
+			msg := fmt.Sprintf("cluster id %q is now claimed in Consul (key %s) by Kubernetes cluster %s (holder %q, since %s); this is Kubernetes cluster %s: writing nothing, above all deleting nothing, until the claim is free again or names this cluster (two Kubernetes clusters under one --cluster-id delete each other's instances)",
+				cl.value.ClusterID, cl.key, have.KubeUID, have.Holder, have.ClaimedAt.Format(time.RFC3339), cl.value.KubeUID)
+			if cl.lost == "" {
+				cl.log.Error("Cluster-id claim lost to another Kubernetes cluster; every write stops", "key", cl.key, "kube_uid", have.KubeUID, "holder", have.Holder)
+			}
+			cl.lost = msg
+			return &ClaimLostError{Msg: msg}
+		}
+	}
+	wasLost := cl.lost != ""
+	if pair == nil || pair.Session == "" {
+		// Free (Consul lost the key, or the lock was released): claim it
+		// again as at start, never taking another cluster's.
+		if err := cl.establish(ctx, false); err != nil {
+			if errors.Is(err, ErrClaimedByOther) {
+				cl.lost = err.Error()
+				return &ClaimLostError{Msg: err.Error()}
+			}
+			return err
+		}
+		if pair == nil {
+			cl.log.Warn("Cluster-id claim was gone from Consul (Consul lost its data?); claimed again", "key", cl.key)
+		}
+	} else {
+		cl.index = pair.ModifyIndex
+	}
+	if wasLost {
+		cl.log.Info("Cluster-id claim names this Kubernetes cluster again; writing resumes", "key", cl.key)
+	}
+	cl.lost = ""
+	return nil
+}
+
+// keep renews the session, re-creates it when Consul lost it, and re-checks
+// the claim every interval, until Release.
+func (cl *Claim) keep(interval time.Duration) {
 	defer close(cl.stopped)
-	t := time.NewTicker(ttl / 2)
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-cl.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-cl.done:
 			return
 		case <-t.C:
 		}
-		entry, _, err := cl.api.Session().Renew(cl.session, nil)
-		if err != nil {
-			cl.log.Warn("Cannot renew the cluster-id claim session", "error", err)
-			continue
-		}
-		if entry == nil {
-			// The session is gone (Consul lost its data, or it expired):
-			// claim again, as at start, without taking anything over.
-			cl.reclaim(ttl)
-			continue
-		}
-		if pair, _, err := cl.api.KV().Get(cl.key, nil); err == nil && pair != nil && pair.Session == "" {
-			_, _, _ = cl.api.KV().Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, nil)
+		cl.renew(ctx)
+		if err := cl.verify(ctx); err != nil && !errors.Is(err, ErrClaimLost) && ctx.Err() == nil {
+			cl.log.Warn("Cannot check the cluster-id claim", "error", err)
 		}
 	}
 }
 
-func (cl *Claim) reclaim(ttl time.Duration) {
-	session, _, err := cl.api.Session().Create(&api.SessionEntry{
-		Name: "fleetsync " + cl.value.ClusterID + " " + cl.value.Holder, TTL: ttl.String(),
-		Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
-	}, nil)
-	if err != nil {
-		cl.log.Warn("Cannot re-create the cluster-id claim session", "error", err)
-		return
-	}
-	cl.session = session
-	ctx, cancel := context.WithTimeout(context.Background(), ttl)
+func (cl *Claim) renew(ctx context.Context) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
-	if err := cl.establish(ctx, false); err != nil {
-		cl.log.Error("Cluster-id claim lost and not re-established", "error", err)
+	entry, _, err := cl.api.Session().Renew(cl.session, (&api.WriteOptions{}).WithContext(rctx))
+	if err != nil {
+		if ctx.Err() == nil {
+			cl.log.Warn("Cannot renew the cluster-id claim session", "error", err)
+		}
 		return
 	}
-	cl.log.Info("Cluster-id claim re-established after its session vanished", "key", cl.key)
+	if entry == nil {
+		// The session is gone (Consul lost its data, someone destroyed
+		// it, or it expired): a new one; verify claims the key again
+		// if it is free.
+		if err := cl.newSession(ctx); err != nil {
+			cl.log.Warn("Cannot re-create the cluster-id claim session", "error", err)
+		}
+	}
 }
 
 // Release ends the session (the lock goes; the claim value stays).
 func (cl *Claim) Release() {
 	close(cl.done)
 	<-cl.stopped
-	if _, err := cl.api.Session().Destroy(cl.session, nil); err != nil {
-		cl.log.Warn("Cannot release the cluster-id claim session", "error", err)
-	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.destroySession()
 }
 
 // Value returns what this process claimed.
@@ -204,7 +357,9 @@ func ReadClaim(ctx context.Context, c *api.Client, prefix, id string) (*ClaimVal
 	if prefix == "" {
 		prefix = DefaultClaimPrefix
 	}
-	pair, _, err := c.KV().Get(strings.TrimSuffix(prefix, "/")+"/"+id, (&api.QueryOptions{}).WithContext(ctx))
+	rctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
+	defer cancel()
+	pair, _, err := c.KV().Get(strings.TrimSuffix(prefix, "/")+"/"+id, (&api.QueryOptions{}).WithContext(rctx))
 	if err != nil || pair == nil {
 		return nil, false, err
 	}

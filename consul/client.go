@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -87,7 +88,28 @@ type Options struct {
 	Observe func(ops int, seconds float64, err error)
 	// ObserveWait, when set, is called with every budget wait.
 	ObserveWait func(waited time.Duration, high bool)
+	// RequestTimeout bounds every request (default 10s): a Consul that
+	// accepts the connection and never answers costs at most this, and
+	// frees the request's read or write slot.
+	RequestTimeout time.Duration
+	// Guard, when set, makes every transaction conditional on it (the
+	// cluster-id claim; see Guard).
+	Guard Guard
 }
+
+// Guard makes every transaction conditional on something outside the
+// catalog: Op is put first in each transaction (Consul rolls the whole
+// transaction back when it fails); when it failed, Failed checks again and
+// returns nil if writing may go on (Apply then retries once with a new Op),
+// or an error that Apply returns. Op returns an error when writing is not
+// allowed at all right now.
+type Guard interface {
+	Op() (*api.TxnOp, error)
+	Failed(ctx context.Context) error
+}
+
+// DefaultRequestTimeout is Options.RequestTimeout's default.
+const DefaultRequestTimeout = 10 * time.Second
 
 // Client reads owned state and writes changes. Safe for concurrent use.
 type Client struct {
@@ -95,6 +117,60 @@ type Client struct {
 	owner Owner
 	opts  Options
 	reads *semaphore.Weighted // bounds concurrent reads (Options.MaxReads)
+	nodes nodeRegistry
+	high  atomic.Uint64 // highest index seen in a transaction result
+	guard atomic.Pointer[guardHolder]
+}
+
+type guardHolder struct{ g Guard }
+
+// SetGuard sets (or, with nil, removes) the guard of every later
+// transaction (see Options.Guard).
+func (c *Client) SetGuard(g Guard) {
+	if g == nil {
+		c.guard.Store(nil)
+		return
+	}
+	c.guard.Store(&guardHolder{g})
+}
+
+func (c *Client) currentGuard() Guard {
+	if h := c.guard.Load(); h != nil {
+		return h.g
+	}
+	return nil
+}
+
+// HighIndex returns the highest ModifyIndex any committed transaction
+// returned: Consul's catalog index cannot be below it unless Consul lost
+// or rolled back data.
+func (c *Client) HighIndex() uint64 { return c.high.Load() }
+
+func (c *Client) sawIndex(i uint64) {
+	for {
+		h := c.high.Load()
+		if i <= h || c.high.CompareAndSwap(h, i) {
+			return
+		}
+	}
+}
+
+// ResetHighIndex forgets the high-water mark (after Consul was seen to lose
+// or roll back its data: the new history starts lower).
+func (c *Client) ResetHighIndex(to uint64) { c.high.Store(to) }
+
+// reqCtx bounds one request by Options.RequestTimeout.
+func (c *Client) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.opts.RequestTimeout)
+}
+
+// ctxErr explains a request that failed because its own deadline passed
+// (the caller's context still live).
+func (c *Client) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from Consul within %s (--consul-request-timeout): %w", c.opts.RequestTimeout, err)
+	}
+	return err
 }
 
 // NewClient returns a client writing on behalf of owner.
@@ -112,7 +188,12 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 	if opts.MaxReads <= 0 {
 		opts.MaxReads = 32
 	}
-	return &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads))}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	c := &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads))}
+	c.SetGuard(opts.Guard)
+	return c
 }
 
 // ReadNode returns every instance on the owner's nodes, owned or not
@@ -136,10 +217,12 @@ func (c *Client) Nodes(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(ctx)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
 	list, _, err := c.api.CatalogNodes(q)
 	if err != nil {
-		return nil, fmt.Errorf("list the nodes of %s: %w", c.owner.Node().Name, err)
+		return nil, fmt.Errorf("list the nodes of %s: %w", c.owner.Node().Name, c.ctxErr(ctx, err))
 	}
 	var out []string
 	for _, n := range list {
@@ -172,18 +255,20 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(ctx)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(rctx)
 	list, _, err := c.api.NodeServiceList(node, q)
 	if err != nil {
-		return nil, fmt.Errorf("read services of node %s: %w", node, err)
+		return nil, fmt.Errorf("read services of node %s: %w", node, c.ctxErr(ctx, err))
 	}
 	if list == nil || len(list.Services) == 0 {
 		return nil, nil
 	}
-	q = (&api.QueryOptions{Filter: checkFilter}).WithContext(ctx)
+	q = (&api.QueryOptions{Filter: checkFilter}).WithContext(rctx)
 	checks, _, err := c.api.HealthNode(node, q)
 	if err != nil {
-		return nil, fmt.Errorf("read checks of node %s: %w", node, err)
+		return nil, fmt.Errorf("read checks of node %s: %w", node, c.ctxErr(ctx, err))
 	}
 	byID := make(map[string]*api.HealthCheck, len(checks))
 	for _, hc := range checks {
@@ -242,10 +327,12 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(ctx)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
 	entries, _, err := c.api.HealthService(name, q)
 	if err != nil {
-		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, err)
+		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))
 	}
 	out := make([]Registered, 0, len(entries))
 	for _, e := range entries {

@@ -18,6 +18,8 @@ type Health struct {
 	clock   clock.Clock
 	lastOK  atomic.Int64 // unix nanos of the last success; 0 never
 	lastErr atomic.Value // string
+	// Timeout bounds each probe (default DefaultRequestTimeout).
+	Timeout time.Duration
 }
 
 // NewHealth returns a tracker for c.
@@ -43,7 +45,13 @@ func (h *Health) Run(ctx context.Context, interval time.Duration) {
 }
 
 func (h *Health) probe(ctx context.Context) {
-	leader, err := h.api.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	leader, err := h.api.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(pctx))
 	switch {
 	case err != nil:
 		h.lastErr.Store(err.Error())

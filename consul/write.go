@@ -38,10 +38,15 @@ const (
 	kindMove // deregistered and registered again under the same ID (renamed or on another node)
 )
 
-// Apply writes ch as few transactions as the limits allow, deletes first.
-// It returns what was committed even when a later transaction fails; the
-// error matches ErrConflict when a CAS failed, ErrRefused when ownership
-// refused an input (then nothing at all is sent).
+// Apply writes ch as few transactions as the limits allow: registrations
+// first, then updates, then deregistrations, so the instances in Consul
+// never dip below the desired ones while a large change goes out in several
+// transactions (or when a later one fails). It returns what was committed
+// even when a later transaction fails; the error matches ErrConflict when a
+// CAS failed (a *TxnError says which instances or nodes), ErrRefused when
+// ownership refused an input or a node named like ours is foreign (then
+// nothing at all is sent), ErrClaimLost when the guard says this process
+// may not write.
 func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	permit := ch.Permit
 	defer func() { permit.Release() }()
@@ -57,35 +62,13 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 				return done, err
 			}
 		}
-		// One node op per node the transaction touches, before its
-		// service ops (Consul needs the node to exist).
-		n, bytes := 0, 0
-		var nodes, ops api.TxnOps
-		inTxn := map[string]bool{}
-		for n < len(groups) {
-			g := groups[n]
-			extra := 0
-			if !inTxn[g.node] {
-				extra = 1
-			}
-			if len(nodes)+len(ops)+extra+len(g.ops) > c.opts.MaxOps || (n > 0 && bytes+g.bytes > c.opts.MaxBytes) {
-				break
-			}
-			if extra == 1 {
-				inTxn[g.node] = true
-				nodes = append(nodes, c.nodeOp(g.node))
-			}
-			ops = append(ops, g.ops...)
-			bytes += g.bytes
-			n++
-		}
-		ops = append(nodes, ops...)
-		resp, err := c.commit(ctx, ops)
+		n, nodes := c.pack(groups)
+		resp, err := c.commitGroups(ctx, groups[:n], nodes)
 		if err != nil {
 			return done, err
 		}
 		done.Txns++
-		done.Ops += len(ops)
+		done.Ops += len(nodes) + opsOf(groups[:n])
 		c.collect(groups[:n], resp, &done)
 		for _, g := range groups[:n] {
 			switch g.kind {
@@ -105,8 +88,43 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	return done, nil
 }
 
+// pack returns how many of groups fit in one transaction and the nodes it
+// touches (one node op each, before the service ops: Consul needs the node
+// to exist). One guard op is kept free.
+func (c *Client) pack(groups []group) (int, []string) {
+	n, bytes, ops := 0, 0, 1 // one op kept for the guard
+	var nodes []string
+	inTxn := map[string]bool{}
+	for n < len(groups) {
+		g := groups[n]
+		extra := 0
+		if !inTxn[g.node] {
+			extra = 1
+		}
+		if ops+extra+len(g.ops) > c.opts.MaxOps || (n > 0 && bytes+g.bytes > c.opts.MaxBytes) {
+			break
+		}
+		if extra == 1 {
+			inTxn[g.node] = true
+			nodes = append(nodes, g.node)
+		}
+		ops += extra + len(g.ops)
+		bytes += g.bytes
+		n++
+	}
+	return n, nodes
+}
+
+func opsOf(groups []group) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g.ops)
+	}
+	return n
+}
+
 func (c *Client) plan(ch Change) ([]group, error) {
-	groups := make([]group, 0, ch.Len())
+	var regs, updates, dels []group
 	// An ID both deregistered and registered (a renamed instance, or one on
 	// another node than it belongs) is one group: its delete and its new
 	// registration share a transaction, so it never leaves the catalog.
@@ -129,7 +147,7 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		}
 		g := newGroup(r.Node, kindDeregister, del)
 		g.have = &r
-		groups = append(groups, g)
+		dels = append(dels, g)
 	}
 	for _, u := range ch.Update {
 		if err := c.owner.Owns(u.Have); err != nil {
@@ -141,16 +159,17 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if u.Want.ID != u.Have.ID {
 			return nil, fmt.Errorf("%w: update changes instance id %s to %s", ErrRefused, u.Have.ID, u.Want.ID)
 		}
-		var ops []*api.TxnOp
-		if !u.Want.SameService(u.Have.Instance) {
-			ops = append(ops, c.serviceOp(u.Have.Node, u.Want, u.Have.ServiceIndex))
-		}
+		// The service op is a CAS on the index read even when only the
+		// check changes: it rewrites nothing (Consul skips an identical
+		// service), but it fails if someone re-registered the entry since,
+		// so a check is never set on an entry that is no longer ours.
+		ops := []*api.TxnOp{c.serviceOp(u.Have.Node, u.Want, u.Have.ServiceIndex)}
 		if u.Want.Check != u.Have.Check || !u.Have.HasCheck || u.Want.Name != u.Have.Name {
 			ops = append(ops, c.checkOp(u.Have.Node, u.Want, u.Have.CheckIndex))
 		}
 		g := newGroup(u.Have.Node, kindUpdate, ops...)
 		g.want, g.have = u.Want, &u.Have
-		groups = append(groups, g)
+		updates = append(updates, g)
 	}
 	for _, in := range ch.Register {
 		if err := c.owner.Stamped(in); err != nil {
@@ -162,9 +181,9 @@ func (c *Client) plan(ch Change) ([]group, error) {
 			g = newGroup(node, kindMove, del, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
 		}
 		g.want = in
-		groups = append(groups, g)
+		regs = append(regs, g)
 	}
-	return groups, nil
+	return append(append(regs, updates...), dels...), nil
 }
 
 func newGroup(node string, kind int, ops ...*api.TxnOp) group {
@@ -174,13 +193,6 @@ func newGroup(node string, kind int, ops ...*api.TxnOp) group {
 		g.bytes += len(b)
 	}
 	return g
-}
-
-func (c *Client) nodeOp(name string) *api.TxnOp {
-	n := c.owner.NodeNamed(name)
-	return &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeSet, Node: api.Node{
-		Node: n.Name, Address: n.Address, Meta: n.Meta,
-	}}}
 }
 
 func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
@@ -206,9 +218,58 @@ func (c *Client) checkOp(node string, in Instance, index uint64) *api.TxnOp {
 	}}
 }
 
+// commitGroups sends one transaction: the guard op, the node ops, then the
+// groups' ops. A failed guard is re-checked once (the claim may only have
+// changed hands between this cluster's own replicas) before it is returned.
+func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*api.TxnResponse, error) {
+	guard := c.currentGuard()
+	for attempt := 0; ; attempt++ {
+		var ops api.TxnOps
+		guarded := 0
+		if guard != nil {
+			op, err := guard.Op()
+			if err != nil {
+				return nil, err
+			}
+			ops, guarded = append(ops, op), 1
+		}
+		nodeOps, err := c.nodeOps(ctx, nodes)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, nodeOps...)
+		for _, g := range groups {
+			ops = append(ops, g.ops...)
+		}
+		resp, err := c.commit(ctx, ops)
+		if err == nil {
+			return resp, nil
+		}
+		var te *TxnError
+		if !errors.As(err, &te) {
+			return nil, err
+		}
+		te.locate(ops, guarded, len(nodeOps), groups)
+		if len(te.Nodes) > 0 {
+			c.nodes.forget() // re-read before the next node op
+		}
+		if te.Guard {
+			if gerr := guard.Failed(ctx); gerr != nil {
+				return nil, gerr
+			}
+			if attempt == 0 {
+				continue
+			}
+		}
+		return nil, te
+	}
+}
+
 func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, error) {
 	start := time.Now()
-	ok, resp, _, err := c.api.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	ok, resp, _, err := c.api.Txn(ops, (&api.QueryOptions{}).WithContext(rctx))
 	if err == nil && !ok {
 		err = txnError(resp)
 	}
@@ -219,7 +280,11 @@ func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, 
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("consul transaction of %d ops: %w", len(ops), err)
+		var te *TxnError
+		if errors.As(err, &te) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("consul transaction of %d ops: %w", len(ops), c.ctxErr(ctx, err))
 	}
 	return resp, nil
 }
@@ -235,12 +300,20 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			switch {
 			case r.Service != nil:
 				svcIndex[r.Service.ID] = r.Service.ModifyIndex
+				c.sawIndex(r.Service.ModifyIndex)
 			case r.Check != nil:
 				checkIndex[r.Check.CheckID] = r.Check.ModifyIndex
+				c.sawIndex(r.Check.ModifyIndex)
+			case r.Node != nil:
+				c.nodes.written(r.Node.Node, r.Node.CreateIndex, r.Node.ModifyIndex, r.Node.Address, r.Node.Meta)
+				c.sawIndex(r.Node.ModifyIndex)
 			}
 		}
 	}
 	for _, g := range groups {
+		if g.kind != kindDeregister {
+			c.nodes.sawIndex(g.node, svcIndex[g.want.ID]) // checks do not raise the node index
+		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
 			continue
@@ -259,23 +332,110 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 	}
 }
 
-func txnError(resp *api.TxnResponse) error {
-	if resp == nil || len(resp.Errors) == 0 {
-		return errors.New("transaction rolled back without errors")
+// TxnError is a transaction Consul rolled back: which ops failed and why,
+// and (located) the instances, nodes and guard they belong to.
+type TxnError struct {
+	Errors   []api.TxnError
+	Conflict bool     // a CAS failed: someone changed an entry since it was read
+	IDs      []string // instances whose ops failed
+	Nodes    []string // nodes whose op failed
+	Guard    bool     // the guard op failed
+}
+
+func (e *TxnError) Error() string {
+	msgs := make([]string, 0, len(e.Errors))
+	for _, x := range e.Errors {
+		msgs = append(msgs, fmt.Sprintf("op %d: %s", x.OpIndex, x.What))
 	}
-	msgs := make([]string, 0, len(resp.Errors))
-	conflict := false
-	for _, e := range resp.Errors {
-		msgs = append(msgs, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
-		if isCASFailure(e.What) {
-			conflict = true
+	var where []string
+	if e.Guard {
+		where = append(where, "the cluster-id claim check")
+	}
+	if len(e.Nodes) > 0 {
+		where = append(where, "node "+strings.Join(e.Nodes, ", "))
+	}
+	if len(e.IDs) > 0 {
+		ids := e.IDs
+		if len(ids) > 5 {
+			ids = append(ids[:5:5], fmt.Sprintf("and %d more", len(e.IDs)-5))
+		}
+		where = append(where, "instance "+strings.Join(ids, ", "))
+	}
+	prefix := "transaction rolled back"
+	if e.Conflict {
+		prefix = ErrConflict.Error()
+	}
+	if len(where) > 0 {
+		prefix += " (" + strings.Join(where, "; ") + ")"
+	}
+	if len(msgs) == 0 {
+		return prefix + ": no errors given"
+	}
+	return prefix + ": " + strings.Join(msgs, "; ")
+}
+
+func (e *TxnError) Is(target error) bool { return e.Conflict && target == ErrConflict }
+
+// locate maps the failed op indexes to the guard, the nodes and the
+// instances of the transaction (guarded guard ops, then nodes node ops,
+// then the groups' ops in order).
+func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
+	owner := make([]string, 0, len(ops))
+	for range guarded {
+		owner = append(owner, "")
+	}
+	for i := range nodes {
+		owner = append(owner, ops[guarded+i].Node.Node.Node)
+	}
+	for _, g := range groups {
+		id := g.want.ID
+		if g.have != nil {
+			id = g.have.ID
+		}
+		for range g.ops {
+			owner = append(owner, id)
 		}
 	}
-	msg := strings.Join(msgs, "; ")
-	if conflict {
-		return fmt.Errorf("%w: %s", ErrConflict, msg)
+	seenID, seenNode := map[string]bool{}, map[string]bool{}
+	for _, x := range e.Errors {
+		i := x.OpIndex
+		switch {
+		case i < 0 || i >= len(owner):
+		case i < guarded:
+			e.Guard = true
+		case i < guarded+nodes:
+			if !seenNode[owner[i]] {
+				seenNode[owner[i]] = true
+				e.Nodes = append(e.Nodes, owner[i])
+			}
+		default:
+			if !seenID[owner[i]] {
+				seenID[owner[i]] = true
+				e.IDs = append(e.IDs, owner[i])
+			}
+		}
 	}
-	return fmt.Errorf("transaction rolled back: %s", msg)
+	// A failed guard or node op makes the others fail too (their node is
+	// missing, say): those are not separate findings.
+	if e.Guard || len(e.Nodes) > 0 {
+		e.IDs = nil
+	}
+	if e.Guard {
+		e.Nodes = nil
+	}
+}
+
+func txnError(resp *api.TxnResponse) error {
+	te := &TxnError{}
+	if resp != nil {
+		for _, x := range resp.Errors {
+			te.Errors = append(te.Errors, *x)
+			if isCASFailure(x.What) {
+				te.Conflict = true
+			}
+		}
+	}
+	return te
 }
 
 func isCASFailure(what string) bool {

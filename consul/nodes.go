@@ -1,0 +1,253 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ErrForeignNode is matched (errors.Is) by the error Apply returns, before
+// anything is sent, when an instance would go on a node that has the
+// owner's name but not its mark: someone else registered it, and a node op
+// would replace their node record.
+var ErrForeignNode = errors.New("consul: node named like ours is not ours")
+
+// ForeignNodeError names the look-alike node and what it holds.
+type ForeignNodeError struct {
+	Node    string
+	Address string
+	Meta    map[string]string
+}
+
+func (e *ForeignNodeError) Error() string {
+	return fmt.Sprintf("node %s exists in Consul without this cluster's mark (address %s, meta %s): it belongs to someone else, so fleetsync writes nothing onto it; remove or rename it to sync the Services placed on it",
+		e.Node, e.Address, metaString(e.Meta))
+}
+
+func (e *ForeignNodeError) Is(target error) bool {
+	return target == ErrForeignNode || target == ErrRefused
+}
+
+// NodeEntry is one node named like the owner's, as the catalog holds it.
+type NodeEntry struct {
+	Name                     string
+	Address                  string
+	Meta                     map[string]string
+	CreateIndex, ModifyIndex uint64
+	Ours                     bool // carries the owner's mark
+}
+
+// NodesView is one read of every node named like the owner's.
+type NodesView struct {
+	Nodes []NodeEntry // sorted by name
+	// Index is the catalog index Consul answered with (X-Consul-Index).
+	Index uint64
+}
+
+// Foreign returns the look-alike nodes.
+func (v NodesView) Foreign() []NodeEntry {
+	var out []NodeEntry
+	for _, n := range v.Nodes {
+		if !n.Ours {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// nodeRegistry is what the client knows of the nodes it writes to: a node
+// op is a CAS on the ModifyIndex last seen (0: create only if absent), so a
+// node that someone else created or changed meanwhile fails the transaction
+// instead of being replaced.
+type nodeRegistry struct {
+	mu    sync.Mutex
+	known bool
+	nodes map[string]NodeEntry // by name; absent: not in the catalog
+	// high is, per node, the highest index a committed transaction
+	// returned for an entry on it: the node's catalog index cannot be
+	// below it unless Consul lost or rolled back data.
+	high map[string]uint64
+}
+
+func (r *nodeRegistry) sawIndex(node string, i uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.high == nil {
+		r.high = map[string]uint64{}
+	}
+	r.high[node] = max(r.high[node], i)
+}
+
+// Committed returns the highest index a committed transaction returned for
+// an entry on node (0: none since the start or the last ResetCommitted).
+func (c *Client) Committed(node string) uint64 {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	return c.nodes.high[node]
+}
+
+// ResetCommitted forgets the committed indexes and the nodes known: after
+// Consul lost or rolled back its data, history starts again.
+func (c *Client) ResetCommitted() {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	c.nodes.high = nil
+	c.nodes.known = false
+}
+
+// NodeIndex returns the catalog index of one node: Consul raises it with
+// every write to the node, its services or their checks, so it only goes
+// down when Consul lost or rolled back data. One small request (a filter
+// that matches no service).
+func (c *Client) NodeIndex(ctx context.Context, node string) (uint64, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return 0, err
+	}
+	defer c.reads.Release(1)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{Filter: `ID == "" and ID != ""`}).WithContext(rctx)
+	_, meta, err := c.api.NodeServiceList(node, q)
+	if err != nil {
+		return 0, fmt.Errorf("read the index of node %s: %w", node, c.ctxErr(ctx, err))
+	}
+	if meta == nil {
+		return 0, nil
+	}
+	return meta.LastIndex, nil
+}
+
+// ReadNodes lists every node named like the owner's (ours or look-alikes)
+// with their indexes, in one request, and records them for the node ops of
+// later transactions.
+func (c *Client) ReadNodes(ctx context.Context) (NodesView, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return NodesView{}, err
+	}
+	defer c.reads.Release(1)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	first := c.owner.Node().Name
+	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
+	list, meta, err := c.api.CatalogNodes(q)
+	if err != nil {
+		return NodesView{}, fmt.Errorf("list the nodes named like %s: %w", first, c.ctxErr(ctx, err))
+	}
+	view := NodesView{}
+	if meta != nil {
+		view.Index = meta.LastIndex
+	}
+	for _, n := range list {
+		if !c.owner.IsNode(n.Node) {
+			continue // matched the filter but not the owner's naming (e.g. k8s-x.01)
+		}
+		view.Nodes = append(view.Nodes, NodeEntry{
+			Name: n.Node, Address: n.Address, Meta: n.Meta, CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+			Ours: c.markedNode(n.Node, n.Meta),
+		})
+	}
+	sort.Slice(view.Nodes, func(i, j int) bool { return view.Nodes[i].Name < view.Nodes[j].Name })
+	c.nodes.set(view.Nodes)
+	return view, nil
+}
+
+// markedNode reports whether a node of that name and meta carries the
+// owner's mark.
+func (c *Client) markedNode(name string, meta map[string]string) bool {
+	want := c.owner.NodeNamed(name).Meta
+	for k, v := range want {
+		if meta[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *nodeRegistry) set(nodes []NodeEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.known = true
+	r.nodes = make(map[string]NodeEntry, len(nodes))
+	for _, n := range nodes {
+		r.nodes[n.Name] = n
+	}
+}
+
+// get returns the node's entry (ok false: absent) and whether the registry
+// was ever filled.
+func (r *nodeRegistry) get(name string) (NodeEntry, bool, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok := r.nodes[name]
+	return n, ok, r.known
+}
+
+func (r *nodeRegistry) isKnown() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known
+}
+
+// written records a node op that committed: the node is ours at index.
+func (r *nodeRegistry) written(name string, create, modify uint64, address string, meta map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes == nil {
+		r.nodes = map[string]NodeEntry{}
+	}
+	r.nodes[name] = NodeEntry{Name: name, Address: address, Meta: maps.Clone(meta), CreateIndex: create, ModifyIndex: modify, Ours: true}
+}
+
+// forget drops what is known of name (a node op on it failed), so the next
+// transaction reads the nodes again.
+func (r *nodeRegistry) forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.known = false
+}
+
+// nodeOps returns the node op of every node in names, reading the nodes
+// first when the registry is not filled; a look-alike node refuses.
+func (c *Client) nodeOps(ctx context.Context, names []string) (api.TxnOps, error) {
+	if !c.nodes.isKnown() {
+		if _, err := c.ReadNodes(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ops := make(api.TxnOps, 0, len(names))
+	for _, name := range names {
+		n, exists, _ := c.nodes.get(name)
+		if exists && !n.Ours {
+			return nil, &ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
+		}
+		want := c.owner.NodeNamed(name)
+		index := uint64(0)
+		if exists {
+			index = n.ModifyIndex
+		}
+		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
+			Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: index,
+		}}})
+	}
+	return ops, nil
+}
+
+func metaString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
