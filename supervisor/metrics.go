@@ -61,7 +61,8 @@ type Metrics struct {
 	foreignAtStart prometheus.Gauge
 	resyncs        prometheus.Counter
 	repairs        prometheus.Counter
-	nodeLost       prometheus.Counter
+	dataLost       *prometheus.CounterVec
+	foreignNodes   prometheus.Gauge
 	shardHeld      *prometheus.GaugeVec
 	shardMoves     *prometheus.CounterVec
 	idConflicts    prometheus.Counter
@@ -112,8 +113,13 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Anti-entropy passes (a worker re-read its owned state from Consul and diffed)."})
 	m.repairs = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_fleet_antientropy_repairs_total",
 		Help: "Anti-entropy passes that found drift and wrote a repair."})
-	m.nodeLost = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_supervisor_node_lost_total",
-		Help: "Times our node vanished from Consul while we had instances (every worker resynced)."})
+	m.dataLost = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_consul_data_loss_detected_total",
+		Help: "Signs that Consul lost or rolled back data (every worker re-read and repaired its Service), by signal: node_vanished, node_recreated, index_went_back, worker_evidence."}, []string{"signal"})
+	for _, sig := range []string{SignalNodeVanished, SignalNodeRecreated, SignalIndexBack, SignalWorker} {
+		m.dataLost.WithLabelValues(sig)
+	}
+	m.foreignNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_nodes",
+		Help: "Nodes named like this cluster's that lack its mark (someone else's): nothing is written onto them, /readyz fails."})
 	m.shardHeld = f.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetsync_shard_held",
 		Help: "1 for each shard this replica holds (with --shards > 1)."}, []string{"shard"})
 	m.shardMoves = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_shard_transitions_total",
@@ -200,9 +206,10 @@ func (h hooks) Bootstrapped(d time.Duration, owned, foreign int) {
 	h.m.ownedAtStart.Set(float64(owned))
 	h.m.foreignAtStart.Set(float64(foreign))
 }
-func (h hooks) BootstrapReadFailed(error) { h.m.bootstrapFails.Inc() }
-func (h hooks) InformersSynced()          { h.m.InformerSync.Set(1) }
-func (h hooks) NodeLost()                 { h.m.nodeLost.Inc() }
+func (h hooks) BootstrapReadFailed(error)    { h.m.bootstrapFails.Inc() }
+func (h hooks) InformersSynced()             { h.m.InformerSync.Set(1) }
+func (h hooks) ConsulDataLost(signal string) { h.m.dataLost.WithLabelValues(signal).Inc() }
+func (h hooks) ForeignNodes(n int)           { h.m.foreignNodes.Set(float64(n)) }
 func (h hooks) ShardGained(k int) {
 	h.m.shardHeld.WithLabelValues(strconv.Itoa(k)).Set(1)
 	h.m.shardMoves.WithLabelValues("gained").Inc()
@@ -231,6 +238,8 @@ var (
 	descWindow     = wdesc("window_seconds", "The worker's batching window.")
 	descLatency    = wdesc("change_latency_seconds", "Time from the Kubernetes event that made the service dirty to the committed transaction.")
 	descCoalesced  = wdesc("flush_coalesced_events", "Events folded into one flush.")
+	descBlocked    = wdesc("blocked_instances", "Desired instances not registered because someone else's entry holds their ID on our node (left untouched).")
+	descFleetBlock = prometheus.NewDesc("fleetsync_fleet_blocked_instances", "Desired instances, all workers, not registered because someone else's entry holds their ID on our node.", nil, nil)
 )
 
 func wdesc(name, help string) *prometheus.Desc {
@@ -241,7 +250,8 @@ type fleetCollector struct{ m *Metrics }
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkers, descEvents, descFlushes, descOps, descConflicts, descErrors,
-		descRetries, descDesired, descRegistered, descPending, descLastFlush, descWindow, descLatency, descCoalesced} {
+		descRetries, descDesired, descRegistered, descPending, descLastFlush, descWindow, descLatency, descCoalesced,
+		descBlocked, descFleetBlock} {
 		ch <- d
 	}
 }
@@ -253,9 +263,12 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		worker.StateFlushing, worker.StateBackingOff, worker.StateInvalid} {
 		byState[s] = 0
 	}
+	blocked := 0
 	for _, st := range sts {
 		byState[st.State]++
+		blocked += st.Blocked
 	}
+	ch <- prometheus.MustNewConstMetric(descFleetBlock, prometheus.GaugeValue, float64(blocked))
 	for s, n := range byState {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n), string(s))
 	}
@@ -296,6 +309,7 @@ func emitWorker(ch chan<- prometheus.Metric, st worker.Status) {
 	}
 	gauge(descDesired, float64(st.Desired))
 	gauge(descRegistered, float64(st.Registered))
+	gauge(descBlocked, float64(st.Blocked))
 	pending := 0.0
 	if st.Pending {
 		pending = 1

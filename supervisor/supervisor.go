@@ -68,7 +68,8 @@ type Hooks interface {
 	Bootstrapped(d time.Duration, owned, foreign int)
 	BootstrapReadFailed(err error)
 	InformersSynced()
-	NodeLost()
+	ConsulDataLost(signal string)
+	ForeignNodes(n int)
 	ShardGained(shard int)
 	ShardLost(shard int)
 	ReplicaIDConflict()
@@ -82,7 +83,8 @@ func (nopHooks) WorkerRestarted(k8s.Key)              {}
 func (nopHooks) Bootstrapped(time.Duration, int, int) {}
 func (nopHooks) BootstrapReadFailed(error)            {}
 func (nopHooks) InformersSynced()                     {}
-func (nopHooks) NodeLost()                            {}
+func (nopHooks) ConsulDataLost(string)                {}
+func (nopHooks) ForeignNodes(int)                     {}
 func (nopHooks) ShardGained(int)                      {}
 func (nopHooks) ShardLost(int)                        {}
 func (nopHooks) ReplicaIDConflict()                   {}
@@ -95,6 +97,14 @@ type Supervisor struct {
 
 	bootstrapped atomic.Bool
 	gate         chan struct{}
+	// early holds the Services that changed while bootstrap listed the
+	// cache: startFleet looks at them again once it is done.
+	earlyMu sync.Mutex
+	early   map[k8s.Key]bool
+	lossC   chan string // a worker's evidence that Consul lost data (1-buffered)
+
+	problemsMu sync.Mutex
+	problems   map[string]string // readiness problems by source (e.g. a foreign node)
 
 	mu       sync.Mutex
 	ctx      context.Context // Run's context, set before bootstrap ends
@@ -127,7 +137,7 @@ func New(opts Options) *Supervisor {
 		opts.Shards = 1
 	}
 	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
-		held: map[int]bool{}}
+		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{}}
 }
 
 // Bootstrapped reports whether the informers synced and the owned state was
@@ -162,55 +172,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
 		"foreign_entries_on_node", foreign, "duration", d)
-	s.watchNode(ctx)
+	s.watchConsul(ctx)
 	return nil
-}
-
-// NodeChecker is implemented by a Store that can tell whether our node is
-// in the catalog (consul.Client.NodeExists).
-type NodeChecker interface {
-	NodeExists(ctx context.Context) (bool, error)
-}
-
-// watchNode runs until ctx is done. Every NodeCheckInterval it checks that
-// our node exists while workers have instances registered; a node that
-// vanished means Consul lost its data (a dev agent restarted, a snapshot
-// restored), so every worker is asked for an anti-entropy pass now instead
-// of within its period.
-func (s *Supervisor) watchNode(ctx context.Context) {
-	nc, ok := s.opts.Store.(NodeChecker)
-	if !ok || s.opts.NodeCheckInterval <= 0 {
-		<-ctx.Done()
-		return
-	}
-	for {
-		t := s.opts.Clock.NewTimer(s.opts.NodeCheckInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		if !s.anyRegistered() {
-			continue
-		}
-		exists, err := nc.NodeExists(ctx)
-		if err != nil || exists {
-			continue
-		}
-		n := s.resyncAll()
-		s.opts.Hooks.NodeLost()
-		s.log.Warn("Our node vanished from Consul (Consul lost its data?); every worker resyncs now", "workers", n)
-	}
-}
-
-func (s *Supervisor) anyRegistered() bool {
-	for _, st := range s.Workers() {
-		if st.Registered > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // resyncAll asks every worker for an anti-entropy pass.
@@ -267,8 +230,22 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 			s.startLocked(key, entries, true)
 		}
 	}
+	s.earlyMu.Lock()
 	s.bootstrapped.Store(true)
+	early := s.early
+	s.early = nil
+	s.earlyMu.Unlock()
 	close(s.gate)
+	// Services created, annotated or changed while the cache was listed:
+	// start their workers now (a running one looks again when its gate
+	// opens anyway).
+	for key := range early {
+		if _, ok := s.workers[key]; !ok && s.wants(key) {
+			if w := s.startLocked(key, owned[key], true); w != nil {
+				w.Notify()
+			}
+		}
+	}
 }
 
 // servicesPerNode is the advice of docs/scaling.md: Consul's cost of a
@@ -313,9 +290,15 @@ func (s *Supervisor) lookup(key k8s.Key) (*k8s.Service, bool) {
 
 // changed routes an event: notify the Service's worker, or start one.
 func (s *Supervisor) changed(key k8s.Key) {
+	s.earlyMu.Lock()
 	if !s.bootstrapped.Load() {
-		return // bootstrap reads the whole cache
+		// Bootstrap reads the whole cache, but it may have listed it
+		// already: it looks at this one again when it is done.
+		s.early[key] = true
+		s.earlyMu.Unlock()
+		return
 	}
+	s.earlyMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.workers[key]; ok {
@@ -362,6 +345,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		OwnedKnown:   ownedKnown,
 		DrainTimeout: s.opts.DrainTimeout,
 		ResyncPeriod: s.opts.ResyncPeriod,
+		OnLoss:       s.lossSeen,
 	})
 }
 

@@ -357,6 +357,16 @@ func (r *fakeReporter) Warning(obj k8sruntime.Object, reason, message string) {
 	}
 }
 
+func (r *fakeReporter) count(reason string) int {
+	n := 0
+	for _, w := range r.got() {
+		if w.reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *fakeReporter) got() []warning {
 	r.mu.Lock()
 	defer r.mu.Unlock()

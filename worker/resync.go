@@ -59,6 +59,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 		entries = append(entries, got...)
 	}
 	w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, entries)
+	w.foreign = ForeignOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.ownedKnown = true
 	return true, nil
 }

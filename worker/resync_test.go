@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -82,8 +83,9 @@ func TestAntiEntropy(t *testing.T) {
 }
 
 // TestAntiEntropyLeavesUnmarkedEntriesAlone: an entry with our ID whose mark
-// someone removed is no longer ours: the worker never overwrites it (its
-// create is a CAS that fails) and reports the failure instead.
+// someone removed is no longer ours: the worker never overwrites it, does
+// not try to create it again (that create would fail every flush of the
+// Service), and reports it once.
 func TestAntiEntropyLeavesUnmarkedEntriesAlone(t *testing.T) {
 	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), nil)
 	h.start()
@@ -94,11 +96,88 @@ func TestAntiEntropyLeavesUnmarkedEntriesAlone(t *testing.T) {
 	h.awaitTimer() // the pass waits for the window that the write opened
 	h.clk.Step(W)
 	f := h.flush()
-	if f.Err == nil || f.Wrote {
+	if f.Err != nil || f.Wrote {
 		t.Fatalf("pass over an unmarked entry with our id: %+v", f)
 	}
 	if got := h.store.instances()[0]; len(got.Tags) != 1 || got.Tags[0] != "hijacked" {
 		t.Fatalf("unmarked entry was modified: %+v", got)
+	}
+	if n := h.rep.count(ReasonEntryNotOurs); n != 1 {
+		t.Fatalf("%d %s reports, want 1: %+v", n, ReasonEntryNotOurs, h.rep.got())
+	}
+	if st := h.w.Status(); st.Blocked != 1 {
+		t.Errorf("status blocked = %d, want 1", st.Blocked)
+	}
+}
+
+// TestTamperedEntryDoesNotFreezeTheService: one of the Service's IDs is
+// held by someone else's entry; every other change of the Service lands in
+// one flush, with or without a fresh read first, and the report is not
+// repeated by later flushes.
+func TestTamperedEntryDoesNotFreezeTheService(t *testing.T) {
+	epD, epE := ready("10.0.0.4", "d"), ready("10.0.0.5", "e")
+	scale := func(s *k8s.Service) { s.Endpoints = []k8s.Endpoint{epA, epB, epD, epE} } // C gone, D and E new
+	for _, tc := range []struct {
+		name    string
+		resync  bool // a fresh read sees the tampered entry first
+		edit    func(*k8s.Service)
+		want    []string
+		applies int // transactions tried: a stale CAS costs one more
+	}{
+		{"after a fresh read", true, scale, []string{"+10.0.0.4:8080", "+10.0.0.5:8080", "-10.0.0.3:8080"}, 1},
+		{"found by a CAS conflict", false, func(s *k8s.Service) { scale(s); tags("v2")(s) },
+			[]string{"+10.0.0.4:8080", "+10.0.0.5:8080", "~10.0.0.2:8080[k8s v2 east]", "-10.0.0.3:8080"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB, epC}), nil)
+			h.start()
+			h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080", "+10.0.0.3:8080")
+			tampered := h.store.instances()[0]
+			h.store.edit(tampered.ID, func(r *consul.Registered) {
+				r.Tags = []string{"theirs"}
+				r.Meta = map[string]string{"owner": "someone"}
+			})
+			if tc.resync {
+				h.w.Resync()
+				h.awaitTimer()
+				h.clk.Step(W)
+				if f := h.flush(); f.Err != nil || f.Wrote {
+					t.Fatalf("pass: %+v", f)
+				}
+			}
+			h.clk.Step(W)
+			h.notify(tc.edit)
+			var last consul.Change
+			for range tc.applies {
+				last = h.apply()
+			}
+			wantChange(t, last, tc.want...)
+			if f := h.flush(); f.Err != nil || !f.Wrote {
+				t.Fatalf("flush: %+v", f)
+			}
+			got := map[string]consul.Instance{}
+			for _, in := range h.store.instances() {
+				got[in.ID] = in
+			}
+			if in := got[tampered.ID]; !slices.Equal(in.Tags, []string{"theirs"}) || in.Meta["owner"] != "someone" {
+				t.Fatalf("the tampered entry was touched: %+v", in)
+			}
+			spec, _ := Desired(h.k8s.svc, h.cfg)
+			for _, d := range spec.Instances {
+				if d.ID != tampered.ID && !got[d.ID].Equal(d) {
+					t.Errorf("instance %s not converged: got %+v", d.ID, got[d.ID])
+				}
+			}
+			if len(got) != len(spec.Instances) {
+				t.Errorf("Consul holds %d entries, want %d (the desired ones, the tampered one in place of ours)", len(got), len(spec.Instances))
+			}
+			h.clk.Step(W)
+			h.notify(func(*k8s.Service) {})
+			h.flush()
+			if n := h.rep.count(ReasonEntryNotOurs); n != 1 {
+				t.Fatalf("%d %s reports after two flushes, want 1", n, ReasonEntryNotOurs)
+			}
+		})
 	}
 }
 

@@ -40,6 +40,7 @@ type Status struct {
 	Failures   int               `json:"consecutiveFailures,omitempty"`
 	Ops        OpCounts          `json:"instanceWrites"`
 	Conflicts  uint64            `json:"casConflicts"`
+	Blocked    int               `json:"blockedByForeignEntries,omitempty"` // desired instances whose ID someone else's entry holds
 	Errors     uint64            `json:"flushErrors"`
 	Retries    uint64            `json:"retries"`
 	Resyncs    uint64            `json:"antiEntropyPasses"`
@@ -144,6 +145,7 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	w.status.Failures = s.failures
 	if !res.invalid {
 		w.status.Desired = res.desired
+		w.status.Blocked = res.blocked
 	}
 	switch {
 	case err != nil:

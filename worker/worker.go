@@ -64,6 +64,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// ResyncPeriod is the anti-entropy period (0: none; see Resync).
 	ResyncPeriod time.Duration
+	// OnLoss, when set, is told when a CAS conflict's re-read shows that
+	// entries this worker wrote are gone or older than written: Consul
+	// lost or rolled back data, so every other worker should look too.
+	OnLoss func(reason string)
 }
 
 // Worker keeps one Service's instances in Consul equal to its desired state.
@@ -82,7 +86,8 @@ type Worker struct {
 	// Owned by the Run goroutine.
 	owned       map[string]consul.Registered
 	ownedKnown  bool
-	resyncDue   bool // the next flush is an anti-entropy pass
+	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
+	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
 	// Service: each is reported once while it lasts.
@@ -300,6 +305,7 @@ type syncResult struct {
 	finished bool
 	invalid  bool
 	problem  string // why the Service is invalid
+	blocked  int    // desired instances left out: someone else's entry holds their ID
 }
 
 // sync computes the desired state, diffs it against the owned state and
@@ -363,7 +369,15 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			w.mu.Lock()
 			w.status.Conflicts++
 			w.mu.Unlock()
+			held := w.owned
 			w.ownedKnown = false
+			if rerr := w.readOwned(ctx); rerr != nil {
+				return res, rerr
+			}
+			if why := lossEvidence(held, w.owned); why != "" && w.opts.OnLoss != nil {
+				w.log.Warn("Consul lost or rolled back entries this worker wrote; asking the fleet to look", "evidence", why)
+				w.opts.OnLoss(fmt.Sprintf("service %s: %s", w.opts.Key, why))
+			}
 			if attempt == 0 && ctx.Err() == nil {
 				continue
 			}
@@ -433,10 +447,15 @@ func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
 	for _, warn := range spec.Warnings {
 		w.report(svc, before, ReasonInvalidAnnotation, warn)
 	}
+	instances, blocked := Unblocked(spec.Instances, w.owned, w.foreign, w.nodeOf)
+	for _, msg := range blocked {
+		w.report(svc, before, ReasonEntryNotOurs, msg)
+	}
+	res.blocked = len(blocked)
 	for _, p := range svc.Problems {
 		w.report(svc, before, ReasonEndpointSkipped, p)
 	}
-	return spec.Instances, res, nil
+	return instances, res, nil
 }
 
 // report sends a Warning event and log line for msg unless it was reported
@@ -462,8 +481,34 @@ func (w *Worker) readOwned(ctx context.Context) error {
 		return fmt.Errorf("read owned state: %w", err)
 	}
 	w.owned = OwnedOf(c, w.opts.Key, entries)
+	w.foreign = ForeignOf(c, w.opts.Key, entries)
 	w.ownedKnown = true
 	return nil
+}
+
+// lossEvidence compares the entries a worker held with a fresh read: an
+// entry now older than written, or gone, was lost by Consul (or deleted by
+// someone: either way every worker should look). "" when there is none.
+func lossEvidence(held, now map[string]consul.Registered) string {
+	older, gone := 0, 0
+	example := ""
+	for id, h := range held {
+		n, ok := now[id]
+		switch {
+		case !ok:
+			gone++
+			if example == "" {
+				example = fmt.Sprintf("%s (written at index %d) is gone", id, h.ServiceIndex)
+			}
+		case n.ServiceIndex < h.ServiceIndex:
+			older++
+			example = fmt.Sprintf("%s was written at index %d and is at index %d", id, h.ServiceIndex, n.ServiceIndex)
+		}
+	}
+	if older == 0 && gone == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d entries older than written, %d gone; e.g. %s", older, len(held), gone, example)
 }
 
 func (w *Worker) merge(a consul.Applied) {

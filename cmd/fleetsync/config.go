@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
@@ -41,6 +42,7 @@ type config struct {
 	Resync             time.Duration
 	ResyncPeriod       time.Duration
 	NodeCheck          time.Duration
+	ConsulTimeout      time.Duration
 
 	MaxWrites        float64
 	WriteBurst       int
@@ -115,7 +117,8 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (jittered, spread over the period) and repairs drift (0: off)")
-	fs.DurationVar(&c.NodeCheck, "node-check-interval", 10*time.Second, "how often to check that our Consul node still exists; if it vanished (Consul lost its data) every worker resyncs at once (0: off)")
+	fs.DurationVar(&c.NodeCheck, "node-check-interval", time.Second, "how often to read the cluster's Consul nodes and their indexes (one or two small requests): a node gone or created again, or an index gone back (Consul restarted empty or restored an older snapshot), makes every worker re-read and repair its Service at once; a node named like ours that is someone else's is reported (0: off)")
+	fs.DurationVar(&c.ConsulTimeout, "consul-request-timeout", consul.DefaultRequestTimeout, "deadline of every Consul request: a Consul that accepts connections and never answers costs at most this, and frees the request's slot")
 
 	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
@@ -184,6 +187,9 @@ func (c *config) validate() error {
 	if c.Shards > 1 && supervisor.ValidateLeaseTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod) != nil {
 		return fmt.Errorf("lease timing: need 0 < --lease-retry-period (%s) < --lease-renew-deadline (%s) and renew deadline + retry period < --lease-duration (%s): a cut-off holder stops its workers before anyone can take its shards",
 			c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+	}
+	if c.ConsulTimeout <= 0 {
+		return fmt.Errorf("--consul-request-timeout=%s: must be positive", c.ConsulTimeout)
 	}
 	if c.ResyncPeriod < 0 || c.NodeCheck < 0 {
 		return fmt.Errorf("--resync-period and --node-check-interval must not be negative")

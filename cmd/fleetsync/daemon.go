@@ -64,10 +64,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	metrics := supervisor.NewMetrics(reg, perWorker)
 	store := consul.NewClient(capi, cluster, consul.Options{
 		Budget:      consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
-		Observe:     metrics.ObserveTxn,
-		ObserveWait: metrics.ObserveWait,
+		Observe:        metrics.ObserveTxn,
+		ObserveWait:    metrics.ObserveWait,
+		RequestTimeout: cfg.ConsulTimeout,
 	})
 	health := consul.NewHealth(capi, nil)
+	health.Timeout = cfg.ConsulTimeout
+	ready := &readiness{sup: nil, health: health, grace: cfg.ConsulGrace}
 	recorder := k8s.NewRecorder(kube, "fleetsync", log.Named("events"))
 	defer recorder.Shutdown()
 
@@ -91,6 +94,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return err
 	}
 	metrics.Attach(reg, sup)
+	ready.sup = sup
 	var shards *supervisor.ShardManager
 	if cfg.Shards > 1 {
 		sc := shardConfig(cfg, kube, log)
@@ -105,7 +109,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: newMux(sup, reg, health, cfg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newMux(sup, reg, ready, cfg), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", ccfg.Address, "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
 		"gc_percent", mem.GCPercent, "memory_limit_bytes", mem.Limit)
 
@@ -142,6 +146,10 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 				return err // refused, or stopping
 			}
 			defer claim.Release()
+			// Every transaction checks the claim still names this
+			// cluster: once another cluster takes it, nothing lands.
+			store.SetGuard(claim)
+			ready.setClaim(claim)
 		}
 		return sup.Run(gctx)
 	})
@@ -207,7 +215,7 @@ func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, 
 			var claim *consul.Claim
 			claim, err = consul.ClaimClusterID(ctx, capi, consul.ClaimOptions{
 				Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, KubeUID: uid, Holder: holder,
-				Takeover: cfg.Takeover, Log: log.Named("claim"),
+				Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout,
 			})
 			if err == nil {
 				return claim, nil

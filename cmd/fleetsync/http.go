@@ -13,13 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
-func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, health *consul.Health, cfg config) *http.ServeMux {
+func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, ready *readiness, cfg config) *http.ServeMux {
 	mux := http.NewServeMux()
 	if cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -31,12 +30,8 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, health *consul
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !sup.Bootstrapped() {
-			http.Error(w, "not ready: bootstrapping (informers syncing or owned Consul state not read yet)", http.StatusServiceUnavailable)
-			return
-		}
-		if ok, why := health.Reachable(cfg.ConsulGrace); !ok {
-			http.Error(w, fmt.Sprintf("not ready: consul unreachable for over %s: %s", cfg.ConsulGrace, why), http.StatusServiceUnavailable)
+		if ok, why := ready.check(); !ok {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

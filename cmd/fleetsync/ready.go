@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/supervisor"
+)
+
+// readiness is what /readyz checks, in order: the fleet bootstrapped,
+// Consul answering, the cluster-id claim naming this cluster, and nothing
+// that keeps Services from syncing (a look-alike node).
+type readiness struct {
+	sup    *supervisor.Supervisor
+	health interface {
+		Reachable(grace time.Duration) (bool, string)
+	}
+	grace time.Duration
+	claim atomic.Pointer[consul.Claim]
+}
+
+func (r *readiness) setClaim(c *consul.Claim) { r.claim.Store(c) }
+
+// check reports whether the daemon is ready and, if not, why.
+func (r *readiness) check() (bool, string) {
+	if !r.sup.Bootstrapped() {
+		return false, "bootstrapping (informers syncing or owned Consul state not read yet)"
+	}
+	if ok, why := r.health.Reachable(r.grace); !ok {
+		return false, fmt.Sprintf("consul unreachable for over %s: %s", r.grace, why)
+	}
+	if c := r.claim.Load(); c != nil {
+		if ok, why := c.Held(); !ok {
+			return false, "writing stopped: " + why
+		}
+	}
+	if p := r.sup.Problems(); len(p) > 0 {
+		return false, strings.Join(p, "; ")
+	}
+	return true, ""
+}

@@ -1,0 +1,235 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// NodeWatcher is implemented by a Store that can describe the cluster's
+// nodes in the catalog (consul.Client).
+type NodeWatcher interface {
+	// ReadNodes lists every node named like ours, ours or not.
+	ReadNodes(ctx context.Context) (consul.NodesView, error)
+	// NodeIndex is a node's catalog index: it only goes down when Consul
+	// lost or rolled back data.
+	NodeIndex(ctx context.Context, node string) (uint64, error)
+	// Committed is the highest index a committed write returned for an
+	// entry on node.
+	Committed(node string) uint64
+	// ResetCommitted forgets the committed indexes (history restarted).
+	ResetCommitted()
+}
+
+// Loss signals, the label of fleetsync_consul_data_loss_detected_total.
+const (
+	SignalNodeVanished  = "node_vanished"
+	SignalNodeRecreated = "node_recreated"
+	SignalIndexBack     = "index_went_back"
+	SignalWorker        = "worker_evidence"
+)
+
+// nodesPerCheck bounds the node-index reads of one check; with more nodes
+// they are read in turn.
+const nodesPerCheck = 8
+
+// lossDetector decides from successive reads of the catalog whether Consul
+// lost or rolled back data. It is pure: reads are passed in.
+//
+// A Consul that restarts empty, or is restored from an older snapshot,
+// shows it in at least one way that no write of ours can hide: a node of
+// ours is gone, or it was created again (its CreateIndex changed: a busy
+// worker's first write after the loss re-creates it), or a node's catalog
+// index is below what we saw or wrote (a restore takes every index back).
+// A write landing between the fault and the next check can raise a node's
+// index again; such a write is a CAS on entries the fault changed and
+// fails, and the worker's re-read reports the loss itself (SignalWorker).
+type lossDetector struct {
+	nodes map[string]consul.NodeEntry // ours, at the last check
+	index map[string]uint64           // per node: the last catalog index read
+	turn  int                         // round-robin start of the next index reads
+}
+
+// finding is one reason to believe Consul lost data.
+type finding struct{ signal, detail string }
+
+// nodes checks a fresh node list against the last one; it returns the
+// findings and records the list.
+func (d *lossDetector) checkNodes(view consul.NodesView) []finding {
+	var out []finding
+	now := map[string]consul.NodeEntry{}
+	for _, n := range view.Nodes {
+		if !n.Ours {
+			continue
+		}
+		now[n.Name] = n
+		if prev, ok := d.nodes[n.Name]; ok && prev.CreateIndex != n.CreateIndex {
+			out = append(out, finding{SignalNodeRecreated, fmt.Sprintf("node %s was created again (create index %d, was %d)", n.Name, n.CreateIndex, prev.CreateIndex)})
+		}
+	}
+	for name := range d.nodes {
+		if _, ok := now[name]; !ok {
+			out = append(out, finding{SignalNodeVanished, fmt.Sprintf("node %s is gone", name)})
+		}
+	}
+	d.nodes = now
+	return out
+}
+
+// due returns the nodes whose index the next check reads: all of them, or
+// nodesPerCheck in turn.
+func (d *lossDetector) due() []string {
+	names := make([]string, 0, len(d.nodes))
+	for n := range d.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) <= nodesPerCheck {
+		return names
+	}
+	out := make([]string, 0, nodesPerCheck)
+	for i := range nodesPerCheck {
+		out = append(out, names[(d.turn+i)%len(names)])
+	}
+	d.turn = (d.turn + nodesPerCheck) % len(names)
+	return out
+}
+
+// checkIndex compares one node's index with the last one read and the
+// highest one written.
+func (d *lossDetector) checkIndex(node string, index, committed uint64) []finding {
+	if d.index == nil {
+		d.index = map[string]uint64{}
+	}
+	floor := max(d.index[node], committed)
+	d.index[node] = index
+	if index < floor {
+		return []finding{{SignalIndexBack, fmt.Sprintf("the catalog index of node %s went back to %d from %d", node, index, floor)}}
+	}
+	return nil
+}
+
+// reset starts a new history after a loss: what was just read is the
+// new normal.
+func (d *lossDetector) reset() {
+	d.index = nil
+}
+
+// watchConsul runs until ctx is done. Every NodeCheckInterval it reads the
+// nodes named like ours: a look-alike node (someone else's, with our name)
+// is reported and makes the fleet unready; a sign that Consul lost or
+// rolled back data (see lossDetector), or a worker's evidence of it, makes
+// every worker re-read and repair its Service now instead of within its
+// anti-entropy period.
+func (s *Supervisor) watchConsul(ctx context.Context) {
+	nw, ok := s.opts.Store.(NodeWatcher)
+	if !ok || s.opts.NodeCheckInterval <= 0 {
+		<-ctx.Done()
+		return
+	}
+	var d lossDetector
+	reported := map[string]bool{} // foreign nodes logged
+	first := true
+	for {
+		var evidence string
+		if !first {
+			t := s.opts.Clock.NewTimer(s.opts.NodeCheckInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case evidence = <-s.lossC:
+				t.Stop()
+			case <-t.C():
+			}
+		}
+		first = false
+		if evidence != "" {
+			s.dataLost(nw, &d, []finding{{SignalWorker, evidence}})
+			continue
+		}
+		view, err := nw.ReadNodes(ctx)
+		if err != nil {
+			continue // unreachable: the health probe reports it
+		}
+		s.foreignNodes(view.Foreign(), reported)
+		found := d.checkNodes(view)
+		for _, node := range d.due() {
+			idx, err := nw.NodeIndex(ctx, node)
+			if err != nil {
+				break
+			}
+			found = append(found, d.checkIndex(node, idx, nw.Committed(node))...)
+		}
+		if len(found) > 0 {
+			s.dataLost(nw, &d, found)
+		}
+	}
+}
+
+// lossSeen is a worker's report that Consul lost entries it wrote.
+func (s *Supervisor) lossSeen(reason string) {
+	select {
+	case s.lossC <- reason:
+	default: // one is pending: it covers this one
+	}
+}
+
+func (s *Supervisor) dataLost(nw NodeWatcher, d *lossDetector, found []finding) {
+	nw.ResetCommitted()
+	d.reset()
+	n := s.resyncAll()
+	details := make([]string, 0, len(found))
+	for _, f := range found {
+		s.opts.Hooks.ConsulDataLost(f.signal)
+		details = append(details, f.detail)
+	}
+	s.log.Warn("Consul lost or rolled back data; every worker re-reads its Service and repairs it now", "workers", n, "evidence", strings.Join(details, "; "))
+}
+
+// foreignNodes reports look-alike nodes: logged once each, counted, and
+// kept as a readiness problem while they exist.
+func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]bool) {
+	s.opts.Hooks.ForeignNodes(len(nodes))
+	now := map[string]bool{}
+	s.problemsMu.Lock()
+	for k := range s.problems {
+		if strings.HasPrefix(k, "node/") {
+			delete(s.problems, k)
+		}
+	}
+	for _, n := range nodes {
+		now[n.Name] = true
+		err := &consul.ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
+		s.problems["node/"+n.Name] = err.Error()
+		if !reported[n.Name] {
+			s.log.Error("A node named like ours is someone else's; nothing is written onto it", "node", n.Name, "address", n.Address, "meta", n.Meta)
+		}
+	}
+	s.problemsMu.Unlock()
+	for name := range reported {
+		if !now[name] {
+			delete(reported, name)
+			s.log.Info("The look-alike node is gone; its Services sync again", "node", name)
+		}
+	}
+	for name := range now {
+		reported[name] = true
+	}
+}
+
+// Problems returns what keeps the fleet from syncing every Service (a
+// look-alike node, say), sorted; /readyz fails while there is any.
+func (s *Supervisor) Problems() []string {
+	s.problemsMu.Lock()
+	defer s.problemsMu.Unlock()
+	out := make([]string, 0, len(s.problems))
+	for _, p := range s.problems {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
