@@ -63,7 +63,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
 	metrics := supervisor.NewMetrics(reg, perWorker)
 	store := consul.NewClient(capi, cluster, consul.Options{
-		Budget:      consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
+		Budget:         consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
 		Observe:        metrics.ObserveTxn,
 		ObserveWait:    metrics.ObserveWait,
 		RequestTimeout: cfg.ConsulTimeout,
