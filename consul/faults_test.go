@@ -1,0 +1,335 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// TestLookAlikeNodeIsNeverWritten: a node named like ours without our mark
+// (someone else's, with its own address, meta and service) is refused
+// before anything is sent: its record and its service stay as they were.
+func TestLookAlikeNodeIsNeverWritten(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "lookalike"}
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: owner.Node().Name, Address: "10.9.9.9",
+		NodeMeta: map[string]string{"team": "payments"},
+		Service:  &api.AgentService{ID: "theirs", Service: "billing", Port: 9000}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := a.Client.Catalog().Node(owner.Node().Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(a.Client, owner, Options{})
+	view, err := c.ReadNodes(ctx)
+	if err != nil || len(view.Foreign()) != 1 || view.Foreign()[0].Address != "10.9.9.9" {
+		t.Fatalf("ReadNodes = %+v, %v; want the look-alike node as foreign", view, err)
+	}
+	_, err = c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "web")}})
+	var fe *ForeignNodeError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "10.9.9.9") {
+		t.Fatalf("Apply onto a look-alike node: err = %v, want a ForeignNodeError naming its address", err)
+	}
+	after, _, err := a.Client.Catalog().Node(owner.Node().Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Node.ModifyIndex != before.Node.ModifyIndex || after.Node.Address != "10.9.9.9" || after.Node.Meta["team"] != "payments" ||
+		len(after.Services) != 1 || after.Services["theirs"].ModifyIndex != before.Services["theirs"].ModifyIndex {
+		t.Fatalf("look-alike node changed: before %+v, after %+v", before.Node, after.Node)
+	}
+}
+
+// TestNodeOpIsConditional: the node op is a CAS on the node as last seen.
+// A node created by someone else between our read and our write (or our
+// own node taken over) fails the transaction instead of being replaced;
+// once the registry is read again, the look-alike is refused.
+func TestNodeOpIsConditional(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "nodecas"}
+	c := NewClient(a.Client, owner, Options{})
+	if _, err := c.ReadNodes(ctx); err != nil { // our node: absent
+		t.Fatal(err)
+	}
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: owner.Node().Name, Address: "10.9.9.8",
+		NodeMeta: map[string]string{"team": "search"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "web")}})
+	var te *TxnError
+	if !errors.Is(err, ErrConflict) || !errors.As(err, &te) || len(te.Nodes) != 1 || te.Nodes[0] != owner.Node().Name {
+		t.Fatalf("Apply after someone created our node's name: err = %v, want a conflict on node %s", err, owner.Node().Name)
+	}
+	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "web")}}); !errors.Is(err, ErrForeignNode) {
+		t.Fatalf("second Apply: err = %v, want ErrForeignNode", err)
+	}
+	n, _, err := a.Client.Catalog().Node(owner.Node().Name, nil)
+	if err != nil || n.Node.Address != "10.9.9.8" || len(n.Services) != 0 {
+		t.Fatalf("the other node was written: %+v, %v", n, err)
+	}
+}
+
+// TestCheckOnlyUpdateIsGuardedByTheServiceIndex: a readiness change is
+// written with a CAS on the service too: it leaves the service entry as it
+// is (same ModifyIndex), and it fails when someone re-registered the entry
+// under our ID since it was read, so their entry's health is never set.
+func TestCheckOnlyUpdateIsGuardedByTheServiceIndex(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "checkguard"}
+	c := NewClient(a.Client, owner, Options{})
+	ins := []Instance{owner.instance(1, "web"), owner.instance(2, "web")}
+	applied, err := c.Apply(ctx, Change{Register: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]Registered{}
+	for _, w := range applied.Written {
+		have[w.ID] = w
+	}
+	warn := func(in Instance) Instance { in.Check = Check{Status: StatusWarning, Output: "terminating"}; return in }
+	got, err := c.Apply(ctx, Change{Update: []Update{{Want: warn(ins[0]), Have: have[ins[0].ID]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := got.Written[0]; w.ServiceIndex != have[ins[0].ID].ServiceIndex || w.CheckIndex == have[ins[0].ID].CheckIndex {
+		t.Fatalf("check-only update: service index %d -> %d, check index %d -> %d; want the service untouched and the check written",
+			have[ins[0].ID].ServiceIndex, w.ServiceIndex, have[ins[0].ID].CheckIndex, w.CheckIndex)
+	}
+	// Someone re-registers the second instance under our ID (their own
+	// tags, no mark); our stale view then tries a readiness change.
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: owner.Node().Name, Address: "127.0.0.1", SkipNodeUpdate: true,
+		Service: &api.AgentService{ID: ins[1].ID, Service: "web", Port: 80, Tags: []string{"theirs"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Apply(ctx, Change{Update: []Update{{Want: warn(ins[1]), Have: have[ins[1].ID]}}})
+	var te *TxnError
+	if !errors.Is(err, ErrConflict) || !errors.As(err, &te) || len(te.IDs) != 1 || te.IDs[0] != ins[1].ID {
+		t.Fatalf("check update of a re-registered entry: err = %v, want a conflict naming %s", err, ins[1].ID)
+	}
+	checks, _, err := a.Client.Health().Checks("web", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hc := range checks {
+		if hc.ServiceID == ins[1].ID && hc.Status != StatusPassing {
+			t.Fatalf("their entry's check was set to %s", hc.Status)
+		}
+	}
+}
+
+// TestLargeChangeNeverDipsBelowDesired: a port change of 300 instances
+// (every ID changes: 300 registrations and 300 deletes, several
+// transactions) registers first, so after every transaction Consul holds at
+// least the 300 desired (new or old) instances.
+func TestLargeChangeNeverDipsBelowDesired(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "nodip"}
+	var old, next []Instance
+	for i := range 300 {
+		in := owner.instance(i, "dip")
+		old = append(old, in)
+		in.ID, in.Port = in.ID+"-8080", 8080
+		next = append(next, in)
+	}
+	setup := NewClient(a.Client, owner, Options{})
+	applied, err := setup.Apply(ctx, Change{Register: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counts []int
+	var c *Client
+	c = NewClient(a.Client, owner, Options{Observe: func(_ int, _ float64, err error) {
+		if err == nil {
+			n, _ := NodeServiceCountForTest(a.Client, owner.Node().Name)
+			counts = append(counts, n)
+		}
+	}})
+	if _, err := c.Apply(ctx, Change{Register: next, Deregister: applied.Written}); err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) < 4 {
+		t.Fatalf("%d transactions, want several", len(counts))
+	}
+	for i, n := range counts {
+		if n < 300 {
+			t.Fatalf("after transaction %d of %d Consul held %d instances, fewer than the 300 desired (counts %v)", i+1, len(counts), n, counts)
+		}
+	}
+	if counts[len(counts)-1] != 300 {
+		t.Fatalf("final count %d, want 300", counts[len(counts)-1])
+	}
+	t.Logf("instances after each transaction: %v", counts)
+}
+
+// NodeServiceCountForTest counts the services on node.
+func NodeServiceCountForTest(c *api.Client, node string) (int, error) {
+	list, _, err := c.Catalog().NodeServiceList(node, nil)
+	if err != nil || list == nil {
+		return 0, err
+	}
+	return len(list.Services), nil
+}
+
+// hungAPI never answers: every call waits for its context.
+type hungAPI struct {
+	catalogAPI
+	calls chan struct{}
+}
+
+func (h hungAPI) Txn(_ api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
+	h.calls <- struct{}{}
+	<-q.Context().Done()
+	return false, nil, nil, q.Context().Err()
+}
+
+func (h hungAPI) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
+	return nil, &api.QueryMeta{}, nil
+}
+
+// TestHungRequestCostsTheDeadlineAndFreesItsSlot: with one inflight slot, a
+// transaction Consul never answers returns after RequestTimeout with an
+// error that says so, and the next transaction gets the slot.
+func TestHungRequestCostsTheDeadlineAndFreesItsSlot(t *testing.T) {
+	owner := testOwner{id: "hung"}
+	api := hungAPI{calls: make(chan struct{}, 2)}
+	c := newClient(api, owner, Options{RequestTimeout: 50 * time.Millisecond, Budget: NewBudget(0, 1, 1)})
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := c.Apply(context.Background(), Change{Register: []Instance{owner.instance(i, "web")}})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer from Consul within 50ms") {
+				t.Fatalf("hung transaction: err = %v, want the request deadline", err)
+			}
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("a hung transaction held its slot past the deadline")
+		}
+	}
+	if len(api.calls) != 2 {
+		t.Fatalf("%d transactions sent, want 2 (the second got the slot the first freed)", len(api.calls))
+	}
+}
+
+// TestTxnErrorNamesTheFailedInstances: a transaction Consul refuses (one
+// instance's meta value is too long) says which instance.
+func TestTxnErrorNamesTheFailedInstances(t *testing.T) {
+	a := needConsul(t)
+	owner := testOwner{id: "txnerr"}
+	c := NewClient(a.Client, owner, Options{})
+	good, bad := owner.instance(1, "web"), owner.instance(2, "web")
+	bad.Meta["k8s-zone"] = strings.Repeat("z", 600)
+	_, err := c.Apply(t.Context(), Change{Register: []Instance{good, bad}})
+	var te *TxnError
+	if !errors.As(err, &te) || len(te.IDs) != 1 || te.IDs[0] != bad.ID || !strings.Contains(err.Error(), bad.ID) {
+		t.Fatalf("err = %v, want a TxnError naming %s", err, bad.ID)
+	}
+}
+
+// fakeGuard is a guard whose check fails until told otherwise.
+type fakeGuard struct {
+	key     string
+	index   uint64
+	lost    error
+	refresh func() uint64
+}
+
+func (g *fakeGuard) Op() (*api.TxnOp, error) {
+	if g.lost != nil {
+		return nil, g.lost
+	}
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: g.key, Index: g.index}}, nil
+}
+
+func (g *fakeGuard) Failed(context.Context) error {
+	if g.refresh == nil {
+		g.lost = &ClaimLostError{Msg: "claimed by someone else"}
+		return g.lost
+	}
+	g.index = g.refresh()
+	return nil
+}
+
+// TestGuardMakesEveryWriteConditional: with a guard on a KV key, a write
+// lands only while the key is at the guarded index; a changed key that the
+// guard accepts again is retried once, one it refuses stops every write.
+func TestGuardMakesEveryWriteConditional(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "guarded"}
+	key := "fleetsync-test/guard"
+	index := func() uint64 {
+		p, _, err := a.Client.KV().Get(key, nil)
+		if err != nil || p == nil {
+			t.Fatalf("read %s: %v", key, err)
+		}
+		return p.ModifyIndex
+	}
+	if _, err := a.Client.KV().Put(&api.KVPair{Key: key, Value: []byte("ours")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	g := &fakeGuard{key: key, index: index(), refresh: index}
+	c := NewClient(a.Client, owner, Options{Guard: g})
+	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "web")}}); err != nil {
+		t.Fatalf("guarded write: %v", err)
+	}
+	// The key changes (a replica took the lock): re-checked, accepted, retried.
+	if _, err := a.Client.KV().Put(&api.KVPair{Key: key, Value: []byte("ours, locked")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(2, "web")}}); err != nil {
+		t.Fatalf("write after an accepted change of the key: %v", err)
+	}
+	// The key changes again and the guard refuses it: nothing lands.
+	if _, err := a.Client.KV().Put(&api.KVPair{Key: key, Value: []byte("theirs")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	g.refresh = nil
+	for i := range 2 { // the first finds out, the second is refused before sending
+		if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(3+i, "web")}}); !errors.Is(err, ErrClaimLost) {
+			t.Fatalf("write %d after the key was taken: err = %v, want ErrClaimLost", i, err)
+		}
+	}
+	n, err := NodeServiceCountForTest(a.Client, owner.Node().Name)
+	if err != nil || n != 2 {
+		t.Fatalf("%d instances on our node (%v), want the 2 written while the guard held", n, err)
+	}
+}
+
+// TestNodeIndexGoesUpWithOurWrites: the node index read by NodeIndex is
+// at least what our writes returned (the loss detector's floor).
+func TestNodeIndexGoesUpWithOurWrites(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "nodeindex"}
+	c := NewClient(a.Client, owner, Options{})
+	for i := range 3 {
+		if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(i, "web")}}); err != nil {
+			t.Fatal(err)
+		}
+		idx, err := c.NodeIndex(ctx, owner.Node().Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if committed := c.Committed(owner.Node().Name); committed == 0 || idx < committed {
+			t.Fatalf("write %d: node index %d, committed %d; want index >= committed > 0", i, idx, committed)
+		}
+	}
+	if _, err := c.NodeIndex(ctx, "k8s-"+fmt.Sprint("absent")); err != nil {
+		t.Fatalf("index of an absent node: %v", err)
+	}
+}
