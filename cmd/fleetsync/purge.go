@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -57,7 +58,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fleetsync purge: consul client:", err)
 		return 1
 	}
-	p := purger{api: capi, cluster: cluster, store: consul.NewClient(capi, cluster, consul.Options{}), claimPrefix: cfg.ClaimPrefix}
+	p := purger{api: capi, nodeAPI: apiNodeCatalog{capi}, cluster: cluster, store: consul.NewClient(capi, cluster, consul.Options{}), claimPrefix: cfg.ClaimPrefix}
 	plan, err := p.plan(ctx)
 	if err == nil {
 		err = plan.refusal()
@@ -84,6 +85,7 @@ type purgePlan struct {
 	Cluster    ownership.Cluster
 	NodeFound  bool
 	Nodes      []string            // the cluster's marked nodes found
+	nodes      []*consulapi.Node   // the same, as read (their ModifyIndex makes the node delete conditional)
 	Owned      []consul.Registered // carrying the mark: to deregister
 	Foreign    []consul.Registered // without the mark: kept, and they keep the node
 	NodeChecks []string            // node-level checks: kept, and they keep the node
@@ -136,8 +138,10 @@ func newPurgePlan(c ownership.Cluster, nodes []*consulapi.Node, entries []consul
 			return plan, err
 		}
 		plan.Nodes = append(plan.Nodes, node.Node)
+		plan.nodes = append(plan.nodes, node)
 	}
 	sort.Strings(plan.Nodes)
+	sort.Slice(plan.nodes, func(i, j int) bool { return plan.nodes[i].Node < plan.nodes[j].Node })
 	plan.NodeFound = true
 	for _, e := range entries {
 		if c.Owns(e) == nil {
@@ -170,10 +174,11 @@ func nodeMarked(c ownership.Cluster, node *consulapi.Node) error {
 
 // purger reads and writes one cluster's nodes. Instances are deleted through
 // the consul package's writer (ownership verified on every entry, delete-CAS
-// on the index read); the node only through a catalog deregistration of the
-// node alone, after checking again that it is marked and empty.
+// on the index read); a node only by removeNode, conditional on the node as
+// read: marked, empty, and unchanged.
 type purger struct {
 	api         *consulapi.Client
+	nodeAPI     nodeCatalog
 	cluster     ownership.Cluster
 	store       *consul.Client
 	claimPrefix string
@@ -235,9 +240,17 @@ type purgeResult struct {
 	Deregistered int
 	Services     int
 	Txns         int
-	NodeRemoved  bool
-	ClaimRemoved string    // the claim key removed, if any
-	Kept         purgePlan // what was left on the node after the deletes
+	NodesRemoved []string   // nodes this purge deleted
+	NodesGone    []string   // empty nodes someone else deleted first
+	NodesKept    []keptNode // empty when read, but not deleted: why
+	ClaimRemoved string     // the claim key removed, if any
+	Kept         purgePlan  // what was left on the node after the deletes
+}
+
+// keptNode is a node purge found empty and still did not delete.
+type keptNode struct {
+	Node string
+	Why  string
 }
 
 func (p purger) execute(ctx context.Context, plan purgePlan) (purgeResult, error) {
@@ -271,17 +284,24 @@ func (p purger) execute(ctx context.Context, plan purgePlan) (purgeResult, error
 		return res, err
 	}
 	if after.RemovesNode() {
-		// The nodes are marked (plan checked them just now) and hold
-		// nothing: deregister each node alone.
-		for _, name := range after.Nodes {
-			if _, err := p.api.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: name},
-				(&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-				return res, fmt.Errorf("deregister node %s: %w", name, err)
+		// The nodes were marked and held nothing just now: delete each
+		// one that still is, and is unchanged.
+		for _, n := range after.nodes {
+			fate, err := removeNode(ctx, p.nodeAPI, p.cluster, n)
+			if err != nil {
+				return res, err
+			}
+			switch {
+			case fate.removed:
+				res.NodesRemoved = append(res.NodesRemoved, n.Node)
+			case fate.gone:
+				res.NodesGone = append(res.NodesGone, n.Node)
+			default:
+				res.NodesKept = append(res.NodesKept, keptNode{Node: n.Node, Why: fate.why})
 			}
 		}
-		res.NodeRemoved = true
 	}
-	if after.RemovesClaim() {
+	if after.RemovesClaim() && len(res.NodesKept) == 0 {
 		key, err := p.removeClaim(ctx)
 		if err != nil {
 			return res, err
@@ -289,6 +309,169 @@ func (p purger) execute(ctx context.Context, plan purgePlan) (purgeResult, error
 		res.ClaimRemoved = key
 	}
 	return res, nil
+}
+
+// nodeCatalog is the part of the Consul API that removeNode uses.
+type nodeCatalog interface {
+	CatalogNode(name string, q *consulapi.QueryOptions) (*consulapi.CatalogNode, *consulapi.QueryMeta, error)
+	HealthNode(name string, q *consulapi.QueryOptions) (consulapi.HealthChecks, *consulapi.QueryMeta, error)
+	Txn(ops consulapi.TxnOps, q *consulapi.QueryOptions) (bool, *consulapi.TxnResponse, *consulapi.QueryMeta, error)
+}
+
+type apiNodeCatalog struct{ c *consulapi.Client }
+
+func (a apiNodeCatalog) CatalogNode(name string, q *consulapi.QueryOptions) (*consulapi.CatalogNode, *consulapi.QueryMeta, error) {
+	return a.c.Catalog().Node(name, q)
+}
+
+func (a apiNodeCatalog) HealthNode(name string, q *consulapi.QueryOptions) (consulapi.HealthChecks, *consulapi.QueryMeta, error) {
+	return a.c.Health().Node(name, q)
+}
+
+func (a apiNodeCatalog) Txn(ops consulapi.TxnOps, q *consulapi.QueryOptions) (bool, *consulapi.TxnResponse, *consulapi.QueryMeta, error) {
+	return a.c.Txn().Txn(ops, q)
+}
+
+// purgeFenceMeta is the node meta key removeNode adds before it reads a
+// node for the last time (see removeNode).
+const purgeFenceMeta = "fleetsync-purging"
+
+// nodeFate is what removeNode did with one node.
+type nodeFate struct {
+	removed bool   // deleted by us
+	gone    bool   // deleted by someone else meanwhile
+	why     string // neither: why the node was left
+}
+
+// removeNode deletes node, as read when purge found it empty, only if it
+// still carries the cluster's mark and holds nothing: Consul deletes a
+// node's services and checks with it, so a service registered on it since
+// the read would go too. A CAS delete on the index read is not enough for
+// that: Consul leaves a node's ModifyIndex alone when a service is
+// registered on it with the node's data unchanged (as every fleetsync
+// transaction and a plain catalog registration do). So the node is first
+// fenced: its meta gets purgeFenceMeta, CAS on the index read (a node
+// changed or replaced since is left alone). Any registration that writes
+// the node from then on (a catalog registration, an agent's sync, a
+// fleetsync transaction: they send the node without the fence) changes it,
+// and so its index. The node is then read again, and deleted with a CAS on
+// the fenced index only if it is still marked and empty; if not, the fence
+// is taken off again (CAS too). Only a write that skips the node (a
+// transaction with service ops alone, a registration with SkipNodeUpdate)
+// between that read and the delete goes unseen. It returns an error only
+// when Consul cannot be asked.
+func removeNode(ctx context.Context, api nodeCatalog, c ownership.Cluster, node *consulapi.Node) (nodeFate, error) {
+	name := node.Node
+	if err := nodeMarked(c, node); err != nil {
+		return nodeFate{why: err.Error()}, nil
+	}
+	fenced := *node
+	fenced.Meta = maps.Clone(node.Meta)
+	fenced.Meta[purgeFenceMeta] = "true"
+	resp, ok, err := nodeTxn(ctx, api, consulapi.NodeCAS, fenced)
+	if err != nil {
+		return nodeFate{}, fmt.Errorf("fence node %s before deleting it: %w", name, err)
+	}
+	if !ok || resp == nil || len(resp.Results) == 0 || resp.Results[0].Node == nil {
+		now, err := readNode(ctx, api, name)
+		switch {
+		case err != nil:
+			return nodeFate{}, err
+		case now == nil:
+			return nodeFate{gone: true}, nil
+		case now.Node.ModifyIndex != node.ModifyIndex:
+			return nodeFate{why: fmt.Sprintf("it changed after purge read it (index %d, now %d), so it is left as it is", node.ModifyIndex, now.Node.ModifyIndex)}, nil
+		}
+		return nodeFate{why: "Consul refused to fence it before the delete: " + txnErrors(resp)}, nil
+	}
+	index := resp.Results[0].Node.ModifyIndex
+	now, err := readNode(ctx, api, name)
+	if err != nil {
+		return nodeFate{}, err
+	}
+	if now == nil {
+		return nodeFate{gone: true}, nil
+	}
+	why, err := nodeInUse(ctx, api, c, now, index)
+	if err != nil {
+		return nodeFate{}, err
+	}
+	if why == "" {
+		if _, ok, err = nodeTxn(ctx, api, consulapi.NodeDeleteCAS, consulapi.Node{Node: name, ModifyIndex: index}); err != nil {
+			return nodeFate{}, fmt.Errorf("delete node %s: %w", name, err)
+		}
+		if ok {
+			return nodeFate{removed: true}, nil
+		}
+		return nodeFate{why: "it was written to while purge was deleting it, so it is left as it is"}, nil
+	}
+	unfenced := *node
+	unfenced.ModifyIndex = index
+	if _, ok, err = nodeTxn(ctx, api, consulapi.NodeCAS, unfenced); err != nil || !ok {
+		why += fmt.Sprintf(" (its node meta may still hold %s=true: harmless, gone with the node's next write)", purgeFenceMeta)
+	}
+	return nodeFate{why: why}, nil
+}
+
+// readNode reads node name with its services, consistently; nil when it
+// does not exist.
+func readNode(ctx context.Context, api nodeCatalog, name string) (*consulapi.CatalogNode, error) {
+	n, _, err := api.CatalogNode(name, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", name, err)
+	}
+	if n == nil || n.Node == nil {
+		return nil, nil
+	}
+	return n, nil
+}
+
+// nodeInUse says why the node read as now must stay ("" when it may go):
+// not at the fenced index, no longer marked, or not empty.
+func nodeInUse(ctx context.Context, api nodeCatalog, c ownership.Cluster, now *consulapi.CatalogNode, index uint64) (string, error) {
+	if now.Node.ModifyIndex != index {
+		return "it was written to while purge was deleting it, so it is left as it is", nil
+	}
+	if err := nodeMarked(c, now.Node); err != nil {
+		return err.Error(), nil
+	}
+	var kept []string
+	for _, svc := range now.Services {
+		kept = append(kept, fmt.Sprintf("service %s id %s", svc.Service, svc.ID))
+	}
+	checks, _, err := api.HealthNode(now.Node.Node, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return "", fmt.Errorf("read checks of node %s: %w", now.Node.Node, err)
+	}
+	for _, hc := range checks {
+		if hc.ServiceID == "" {
+			kept = append(kept, "node check "+hc.CheckID)
+		}
+	}
+	if len(kept) == 0 {
+		return "", nil
+	}
+	sort.Strings(kept)
+	return strings.Join(kept, "; ") + " registered on it after purge read it", nil
+}
+
+func txnErrors(resp *consulapi.TxnResponse) string {
+	if resp == nil || len(resp.Errors) == 0 {
+		return "rolled back without errors"
+	}
+	msgs := make([]string, 0, len(resp.Errors))
+	for _, e := range resp.Errors {
+		msgs = append(msgs, e.What)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// nodeTxn sends one node operation as a transaction. ok is false when
+// Consul rolled it back (a CAS that failed).
+func nodeTxn(ctx context.Context, api nodeCatalog, verb consulapi.NodeOp, node consulapi.Node) (*consulapi.TxnResponse, bool, error) {
+	ok, resp, _, err := api.Txn(consulapi.TxnOps{{Node: &consulapi.NodeTxnOp{Verb: verb, Node: node}}},
+		(&consulapi.QueryOptions{}).WithContext(ctx))
+	return resp, ok, err
 }
 
 // removeClaim deletes the id's claim key if no session holds it, CAS on the
@@ -395,14 +578,23 @@ func writeNodeFate(w io.Writer, plan purgePlan, done bool) {
 }
 
 func writePurgeResult(w io.Writer, res purgeResult) {
-	if res.Deregistered > 0 || res.Kept.NodeFound || res.NodeRemoved {
+	if res.Deregistered > 0 || res.Kept.NodeFound || len(res.NodesRemoved) > 0 {
 		fmt.Fprintf(w, "Deregistered %d instances of %d services of cluster %s (%d transactions).\n",
 			res.Deregistered, res.Services, res.Cluster.ID(), res.Txns)
 	}
-	switch {
-	case res.NodeRemoved:
-		fmt.Fprintf(w, "Deregistered %s.\n", purgePlan{Cluster: res.Cluster, Nodes: res.Kept.Nodes}.nodeNames())
-	case res.Kept.NodeFound && len(res.Kept.Owned) == 0:
+	if len(res.NodesRemoved) > 0 {
+		fmt.Fprintf(w, "Deregistered %s.\n", purgePlan{Cluster: res.Cluster, Nodes: res.NodesRemoved}.nodeNames())
+	}
+	for _, name := range res.NodesGone {
+		fmt.Fprintf(w, "Node %s was deleted by someone else meanwhile.\n", name)
+	}
+	for _, k := range res.NodesKept {
+		fmt.Fprintf(w, "Kept node %s: %s.\n", k.Node, k.Why)
+	}
+	if len(res.NodesKept) > 0 && res.Kept.Claim != nil && !res.Kept.ClaimHeld {
+		fmt.Fprintf(w, "Kept the claim of cluster id %s while a node of the cluster is left; run purge again to look again.\n", res.Cluster.ID())
+	}
+	if res.Kept.NodeFound && len(res.Kept.Owned) == 0 && !res.Kept.RemovesNode() {
 		writeNodeFate(w, res.Kept, true)
 	}
 	if res.ClaimRemoved != "" {
