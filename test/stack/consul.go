@@ -1,15 +1,14 @@
 package stack
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,70 +20,137 @@ import (
 type ConsulOptions struct {
 	// BinDir holds consul; default BinDir().
 	BinDir string
-	// StartTimeout bounds one start (and each Restart), retries included;
+	// StartTimeout bounds one start (and each restart), retries included;
 	// default DefaultStartTimeout (the context's deadline also applies).
 	StartTimeout time.Duration
 	// NodeName is the agent's node name; default a unique
-	// "fleetsync-test-<random>".
+	// "fleetsync-test-<random>". With Servers > 1, server i is
+	// "<NodeName>-<i>".
 	NodeName string
-	// ExtraArgs are appended to `consul agent`'s flags.
+	// ExtraArgs are appended to `consul agent`'s flags (of every server).
 	ExtraArgs []string
 	// Token is the ACL token the harness itself uses (its readiness checks,
-	// Client, metrics), for agents started with ACLs on and a deny default.
+	// Client, metrics, snapshots), for agents started with ACLs on and a
+	// deny default.
 	Token string
+	// Servers picks the kind of Consul. 0 (the default) is one `consul
+	// agent -dev`: in-memory, a restart loses everything. N >= 1 is N real
+	// server agents (`-server -bootstrap-expect=N`), each with a data dir of
+	// its own that survives restarts, kill -9 included.
+	Servers int
 }
 
-// Consul is a running `consul agent -dev` (server, in-memory state) on
-// 127.0.0.1: HTTP API on a free port, server RPC and serf LAN/WAN on free
-// ports, DNS and gRPC off, Prometheus metrics retained (for RaftApplies).
+// Consul is a running Consul on 127.0.0.1: either one `consul agent -dev`
+// (server, in-memory state) or a cluster of server agents with data dirs
+// (ConsulOptions.Servers). Every agent has its HTTP API, server RPC and serf
+// LAN/WAN on free ports, DNS and gRPC off, Prometheus metrics retained (for
+// RaftApplies). The top-level fields are those of agent 0 (the dev agent, or
+// server 0); Server(i) has each agent's own.
+//
+// The lifecycle methods (Restart, RestartServer, KillServer, ...) are
+// serialised with each other; the getters may be called at any time.
 type Consul struct {
-	// Client talks to the agent's HTTP API (it survives Restart).
+	// Client talks to agent 0's HTTP API (it survives restarts; while
+	// server 0 is down it fails, the other servers' Clients do not).
 	Client *consulapi.Client
-	// Addr is "127.0.0.1:<http port>"; HTTPAddr is "http://" + Addr.
+	// Addr is agent 0's "127.0.0.1:<http port>"; HTTPAddr is "http://" + Addr.
 	Addr, HTTPAddr string
 	// Version is the agent's version from /v1/agent/self, e.g. "1.14.11".
 	Version string
-	// NodeName is the agent's own node in the catalog.
+	// NodeName is agent 0's own node in the catalog.
 	NodeName string
-	// Dir is the temp dir with the agent's logs (consul.log, then
-	// consul-restart-N.log); Stop removes it.
+	// Dir is the temp dir with the agents' logs (consul.log, then
+	// consul-restart-N.log; for servers consul-<i>.log and
+	// consul-<i>-restart-N.log) and the servers' data dirs; Stop removes it.
 	Dir string
 
 	opts      ConsulOptions
 	bin       string
-	httpPort  int
 	transport *http.Transport
 	http      *http.Client
+	servers   []*ConsulServer // fixed at start
 
-	mu       sync.Mutex
-	agent    *Process
-	restarts int
+	opMu sync.Mutex // serialises starts, stops and kills
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// ConsulServer is one agent of a Consul: the dev agent, or one server. Its
+// exported fields are set before StartConsul returns and never change.
+type ConsulServer struct {
+	// Index is its place in Consul.Servers.
+	Index int
+	// NodeName is its node in the catalog.
+	NodeName string
+	// Addr is "127.0.0.1:<http port>"; HTTPAddr is "http://" + Addr.
+	Addr, HTTPAddr string
+	// Client talks to this agent's HTTP API; it survives restarts.
+	Client *consulapi.Client
+	// DataDir is the server's -data-dir (under Consul.Dir); "" for the dev
+	// agent, whose state is in memory.
+	DataDir string
+
+	mu     sync.Mutex
+	proc   *Process
+	ports  consulPorts // all fixed after the first start, except a dev agent's non-HTTP ports
+	starts int
+}
+
+// consulPorts are the ports one agent listens on.
+type consulPorts struct{ http, server, serfLAN, serfWAN int }
+
+// Agent is the server's current process (a new one after each restart).
+func (s *ConsulServer) Agent() *Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// Running reports whether the server's current process runs.
+func (s *ConsulServer) Running() bool {
+	p := s.Agent()
+	return p != nil && !p.Exited()
+}
+
+// raftAddr is what /v1/status/leader and the Raft configuration call it.
+func (s *ConsulServer) raftAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return "127.0.0.1:" + strconv.Itoa(s.ports.server)
 }
 
 // consulTelemetry keeps Prometheus metrics (the running consul_raft_apply
 // total) and leaves the host name out of metric names.
 const consulTelemetry = `telemetry { prometheus_retention_time = "24h" disable_hostname = true }`
 
-// ConsulT starts a Consul for t and stops it in t.Cleanup; when t has failed
-// by then, the agent's log tail goes to t.Log. It skips t under -short and
-// fails t when the start fails.
+// ConsulT starts a dev Consul for t; see ConsulOptionsT.
 func ConsulT(t testing.TB) *Consul {
+	t.Helper()
+	return ConsulOptionsT(t, ConsulOptions{})
+}
+
+// ConsulOptionsT starts a Consul with opts for t and stops it in t.Cleanup;
+// when t has failed by then, each agent's log tail goes to t.Log. It skips t
+// under -short and fails t when the start fails.
+func ConsulOptionsT(t testing.TB, opts ConsulOptions) *Consul {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a real Consul agent; skipped under -short")
 	}
 	start := time.Now()
-	c, err := StartConsul(context.Background(), ConsulOptions{})
+	c, err := StartConsul(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("starting consul: %v", err)
 	}
-	t.Logf("consul %s at %s ready in %s", c.Version, c.HTTPAddr, time.Since(start).Round(time.Millisecond))
+	t.Logf("consul %s at %s (%s) ready in %s", c.Version, c.HTTPAddr, c.kind(), time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("consul log tail:\n%s", indent(c.Agent().LogTail(40)))
+			for _, s := range c.servers {
+				if p := s.Agent(); p != nil {
+					t.Logf("consul %s log tail:\n%s", s.NodeName, indent(p.LogTail(40)))
+				}
+			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stopping consul: %v", err)
@@ -93,9 +159,15 @@ func ConsulT(t testing.TB) *Consul {
 	return c
 }
 
-// StartConsul starts a Consul dev agent and returns once it has a leader and
-// its own node is in the catalog. The caller must call Stop.
+// StartConsul starts a Consul and returns once every agent sees a leader
+// and a consistent read of its own node in the catalog succeeds (so the
+// leader has established itself and catalog writes go through). A single
+// server is ready in about 2 s (the dev agent in 0.3 s): it elects itself
+// first. The caller must call Stop.
 func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
+	if opts.Servers < 0 {
+		return nil, fmt.Errorf("consul: Servers = %d; want 0 (dev agent) or more", opts.Servers)
+	}
 	bin, err := binPath(opts.BinDir, ConsulBin)
 	if err != nil {
 		return nil, err
@@ -104,10 +176,7 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consul{Dir: dir, opts: opts, bin: bin, NodeName: opts.NodeName}
-	if c.NodeName == "" {
-		c.NodeName = "fleetsync-test-" + randomToken()[:8]
-	}
+	c := &Consul{Dir: dir, opts: opts, bin: bin}
 	c.transport = &http.Transport{
 		Proxy:               nil, // loopback only; ignore HTTP(S)_PROXY
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -115,113 +184,57 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	c.http = &http.Client{Transport: c.transport}
-	if err := c.start(ctx, "consul"); err != nil {
+	if err := c.init(); err != nil {
 		_ = c.Stop()
 		return nil, err
 	}
-	if c.Client, err = consulapi.NewClient(&consulapi.Config{Address: c.Addr, Scheme: "http", HttpClient: c.http, Token: c.opts.Token}); err != nil {
+	if err := c.start(ctx, c.servers, true); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	s0 := c.servers[0]
+	c.Client, c.Addr, c.HTTPAddr, c.NodeName = s0.Client, s0.Addr, s0.HTTPAddr, s0.NodeName
+	if c.Version, err = agentVersion(s0.Client); err != nil {
 		_ = c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
-// start runs a fresh agent (retrying on port clashes). The first start picks
-// the HTTP port; later ones (Restart) keep it.
-func (c *Consul) start(ctx context.Context, name string) error {
-	ctx, cancel := withStartTimeout(ctx, c.opts.StartTimeout)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		p, err := c.startOnce(ctx, name)
-		if err == nil {
-			c.mu.Lock()
-			c.agent = p
-			c.mu.Unlock()
-			return nil
-		}
-		// A first start may retry with a new HTTP port too; a restart
-		// keeps its HTTP port, so only the others can change.
-		if !errors.Is(err, errPortTaken) || attempt == startAttempts || ctx.Err() != nil {
-			return fmt.Errorf("consul (attempt %d): %w", attempt, err)
-		}
+// init makes the servers: node names, data dirs; ports come with the first
+// start.
+func (c *Consul) init() error {
+	base := c.opts.NodeName
+	if base == "" {
+		base = "fleetsync-test-" + randomToken()[:8]
 	}
+	n := max(c.opts.Servers, 1)
+	for i := range n {
+		s := &ConsulServer{Index: i, NodeName: base}
+		if n > 1 {
+			s.NodeName = base + "-" + strconv.Itoa(i)
+		}
+		if !c.dev() {
+			s.DataDir = filepath.Join(c.Dir, "data-"+strconv.Itoa(i))
+			if err := os.MkdirAll(s.DataDir, 0o755); err != nil {
+				return err
+			}
+		}
+		c.servers = append(c.servers, s)
+	}
+	return nil
 }
 
-func (c *Consul) startOnce(ctx context.Context, name string) (_ *Process, err error) {
-	first := c.httpPort == 0
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, err
+func (c *Consul) dev() bool { return c.opts.Servers == 0 }
+
+func (c *Consul) kind() string {
+	if c.dev() {
+		return "dev agent"
 	}
-	httpPort := c.httpPort
-	if first {
-		httpPort = ports[3]
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(httpPort)
-	args := []string{
-		"agent", "-dev",
-		"-node=" + c.NodeName,
-		"-bind=127.0.0.1",
-		"-client=127.0.0.1",
-		"-http-port=" + strconv.Itoa(httpPort),
-		"-server-port=" + strconv.Itoa(ports[0]),
-		"-serf-lan-port=" + strconv.Itoa(ports[1]),
-		"-serf-wan-port=" + strconv.Itoa(ports[2]),
-		"-dns-port=-1",
-		"-grpc-port=-1",
-		"-grpc-tls-port=-1",
-		"-hcl=" + consulTelemetry,
-		"-log-level=info",
-	}
-	p, err := StartProcess(ctx, name, c.bin, append(args, c.opts.ExtraArgs...), nil, c.Dir)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = p.Kill()
-		}
-	}()
-	base := "http://" + addr
-	// Leader first, then our own node in the catalog: by then the agent
-	// accepts catalog writes and its anti-entropy has run once.
-	if err := waitFor(ctx, "consul leader", []*Process{p}, func(ctx context.Context) (bool, error) {
-		code, body, err := httpGet(ctx, c.http, base+"/v1/status/leader", c.opts.Token)
-		if err != nil {
-			return false, err
-		}
-		leader := strings.Trim(strings.TrimSpace(body), `"`)
-		return code == http.StatusOK && leader != "", fmt.Errorf("/v1/status/leader: %d %q", code, body)
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitFor(ctx, "consul node registration", []*Process{p}, func(ctx context.Context) (bool, error) {
-		code, body, err := httpGet(ctx, c.http, base+"/v1/catalog/node/"+c.NodeName, c.opts.Token)
-		if err != nil {
-			return false, err
-		}
-		return code == http.StatusOK && strings.Contains(body, `"Node"`) && body != "null", fmt.Errorf("/v1/catalog/node: %d %.200s", code, body)
-	}); err != nil {
-		return nil, err
-	}
-	if first {
-		// Set once: Restart keeps the address (and the binary), so these
-		// fields never change under a concurrent reader.
-		version, err := c.agentVersion(ctx, base)
-		if err != nil {
-			return nil, fmt.Errorf("%w\n  %s", err, p.describe())
-		}
-		c.httpPort, c.Addr, c.HTTPAddr, c.Version = httpPort, addr, base, version
-	}
-	return p, nil
+	return fmt.Sprintf("%d server(s)", len(c.servers))
 }
 
-func (c *Consul) agentVersion(ctx context.Context, base string) (string, error) {
-	// The typed client is not built yet on the first start.
-	cl, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(base, "http://"), Scheme: "http", HttpClient: c.http, Token: c.opts.Token})
-	if err != nil {
-		return "", err
-	}
+func agentVersion(cl *consulapi.Client) (string, error) {
 	self, err := cl.Agent().Self()
 	if err != nil {
 		return "", fmt.Errorf("/v1/agent/self: %w", err)
@@ -233,133 +246,166 @@ func (c *Consul) agentVersion(ctx context.Context, base string) (string, error) 
 	return v, nil
 }
 
-// Agent is the currently running agent process (a new one after Restart).
-func (c *Consul) Agent() *Process {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.agent
-}
+// Servers returns every agent: the dev agent alone, or servers 0..N-1.
+func (c *Consul) Servers() []*ConsulServer { return append([]*ConsulServer(nil), c.servers...) }
 
-// Restart kills the agent (SIGKILL, like a crash) and starts a fresh one with
-// empty state on the same HTTP address, so Client and Addr stay valid: this
-// is "Consul lost its data". It returns once the new agent has a leader and
-// its node is registered.
+// Server returns agent i (0 is the dev agent or server 0). It panics when i
+// is out of range, like an index.
+func (c *Consul) Server(i int) *ConsulServer { return c.servers[i] }
+
+// ServerClient is Server(i).Client: a client of server i alone.
+func (c *Consul) ServerClient(i int) *consulapi.Client { return c.servers[i].Client }
+
+// Agent is agent 0's current process (a new one after each restart).
+func (c *Consul) Agent() *Process { return c.servers[0].Agent() }
+
+// Restart kills every agent (SIGKILL, like a crash) and starts them again on
+// the same HTTP addresses, so Client and Addr stay valid. The dev agent comes
+// back empty ("Consul lost its data"; its other ports may change); servers
+// come back with their data dirs and all their ports. It returns once every
+// agent sees a leader and reads its own node consistently.
 func (c *Consul) Restart(ctx context.Context) error {
-	if err := c.Kill(); err != nil {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.each(c.servers, (*Process).Kill); err != nil {
 		return err
 	}
-	c.transport.CloseIdleConnections()
-	c.mu.Lock()
-	c.restarts++
-	name := "consul-restart-" + strconv.Itoa(c.restarts)
-	c.mu.Unlock()
-	return c.start(ctx, name)
+	return c.start(ctx, c.servers, false)
 }
 
-// Kill SIGKILLs the agent and waits for it to exit; the Consul is down until
-// Restart. Stop still cleans up afterwards.
-func (c *Consul) Kill() error {
-	if p := c.Agent(); p != nil {
-		return p.Kill()
+// RestartEmpty stops every agent (SIGTERM), wipes the servers' data dirs and
+// starts them again on the same ports: Consul lost its data. The servers form
+// a new cluster (new node IDs, a new Raft log starting at index 1). For the
+// dev agent it is Restart with a graceful stop.
+func (c *Consul) RestartEmpty(ctx context.Context) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.each(c.servers, (*Process).Stop); err != nil {
+		return err
+	}
+	if err := c.wipe(c.servers); err != nil {
+		return err
+	}
+	return c.start(ctx, c.servers, false)
+}
+
+// RestartServer stops server i gracefully (SIGTERM: a server shuts down
+// without leaving the cluster) and starts it again with the same data dir
+// and ports; it returns once the server sees a leader and reads its own
+// node consistently. The dev agent (i = 0) comes back empty.
+func (c *Consul) RestartServer(ctx context.Context, i int) error {
+	s, err := c.server(i)
+	if err != nil {
+		return err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.each([]*ConsulServer{s}, (*Process).Stop); err != nil {
+		return err
+	}
+	return c.start(ctx, []*ConsulServer{s}, false)
+}
+
+// KillServer SIGKILLs server i (a crash: no graceful shutdown, no leave) and
+// waits for the exit. Its data dir stays; StartServer brings it back.
+func (c *Consul) KillServer(i int) error {
+	s, err := c.server(i)
+	if err != nil {
+		return err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	return c.each([]*ConsulServer{s}, (*Process).Kill)
+}
+
+// StopServer stops server i gracefully (SIGTERM, a grace period, SIGKILL)
+// and waits for the exit. Its data dir stays; StartServer brings it back.
+func (c *Consul) StopServer(i int) error {
+	s, err := c.server(i)
+	if err != nil {
+		return err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	return c.each([]*ConsulServer{s}, (*Process).Stop)
+}
+
+// StartServer starts server i, which must not be running, with its data
+// dir and ports, and waits until it sees a leader and reads its own node
+// consistently. That needs a quorum: with more than half of the servers
+// down, start them together with Restart instead.
+func (c *Consul) StartServer(ctx context.Context, i int) error {
+	s, err := c.server(i)
+	if err != nil {
+		return err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if s.Running() {
+		return fmt.Errorf("consul server %d (%s) is already running", i, s.NodeName)
+	}
+	return c.start(ctx, []*ConsulServer{s}, false)
+}
+
+func (c *Consul) server(i int) (*ConsulServer, error) {
+	if i < 0 || i >= len(c.servers) {
+		return nil, fmt.Errorf("consul server %d: there are %d", i, len(c.servers))
+	}
+	return c.servers[i], nil
+}
+
+// each ends the current processes of ss together with end (Stop or Kill),
+// then drops the idle connections to them.
+func (c *Consul) each(ss []*ConsulServer, end func(*Process) error) error {
+	errs := make([]error, len(ss))
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		if p := s.Agent(); p != nil {
+			wg.Go(func() { errs[i] = end(p) })
+		}
+	}
+	wg.Wait()
+	c.transport.CloseIdleConnections()
+	return errors.Join(errs...)
+}
+
+// wipe empties the data dirs of ss (stopped).
+func (c *Consul) wipe(ss []*ConsulServer) error {
+	for _, s := range ss {
+		if s.DataDir == "" {
+			continue
+		}
+		if err := os.RemoveAll(s.DataDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(s.DataDir, 0o755); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Stop stops the agent (SIGTERM, a grace period, SIGKILL) and removes Dir.
-// It is idempotent.
+// Kill SIGKILLs every agent and waits for the exits; the Consul is down
+// until Restart (or StartServer of each). Stop still cleans up afterwards.
+func (c *Consul) Kill() error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	return c.each(c.servers, (*Process).Kill)
+}
+
+// Stop stops every agent (SIGTERM, a grace period, SIGKILL) and removes Dir,
+// data dirs included. It is idempotent.
 func (c *Consul) Stop() error {
 	c.stopOnce.Do(func() {
-		var errs []error
-		if p := c.Agent(); p != nil {
-			errs = append(errs, p.Stop())
-			p.cacheTail()
+		c.opMu.Lock()
+		defer c.opMu.Unlock()
+		err := c.each(c.servers, (*Process).Stop)
+		for _, s := range c.servers {
+			if p := s.Agent(); p != nil {
+				p.cacheTail()
+			}
 		}
-		c.transport.CloseIdleConnections()
-		errs = append(errs, os.RemoveAll(c.Dir))
-		c.stopErr = errors.Join(errs...)
+		c.stopErr = errors.Join(err, os.RemoveAll(c.Dir))
 	})
 	return c.stopErr
-}
-
-// RaftApplyMetric is the Prometheus counter of Raft applies on the server.
-const RaftApplyMetric = "consul_raft_apply"
-
-// RaftApplies returns the agent's running total of Raft applies (each one a
-// replicated write; a catalog register, deregister or /v1/txn costs one),
-// read from /v1/agent/metrics?format=prometheus. It starts again from zero
-// after Restart. A counter not yet emitted reads as 0.
-func (c *Consul) RaftApplies() (float64, error) {
-	return c.counter(context.Background(), RaftApplyMetric)
-}
-
-func (c *Consul) counter(ctx context.Context, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.HTTPAddr+"/v1/agent/metrics?format=prometheus", nil)
-	if err != nil {
-		return 0, err
-	}
-	if c.opts.Token != "" {
-		req.Header.Set("X-Consul-Token", c.opts.Token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("consul metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("consul metrics: HTTP %d", resp.StatusCode)
-	}
-	v, _, err := parsePromCounter(bufio.NewScanner(resp.Body), name)
-	return v, err
-}
-
-// parsePromCounter sums the samples of metric name (all label sets) in the
-// Prometheus text format. found is false when no sample was there.
-func parsePromCounter(sc *bufio.Scanner, name string) (v float64, found bool, err error) {
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		switch {
-		case strings.HasPrefix(rest, " "):
-		case strings.HasPrefix(rest, "{"):
-			end := strings.LastIndex(rest, "}")
-			if end < 0 {
-				return 0, false, fmt.Errorf("malformed sample %q", line)
-			}
-			rest = rest[end+1:]
-		default:
-			continue // another metric with this prefix, e.g. consul_raft_apply_foo
-		}
-		fields := strings.Fields(rest) // value [timestamp]
-		if len(fields) == 0 {
-			return 0, false, fmt.Errorf("malformed sample %q", line)
-		}
-		f, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("sample %q: %w", line, err)
-		}
-		v += f
-		found = true
-	}
-	return v, found, sc.Err()
-}
-
-// Counter returns the sum of every sample of metric name (all label sets)
-// from /v1/agent/metrics?format=prometheus.
-func (c *Consul) Counter(name string) (float64, error) {
-	return c.counter(context.Background(), name)
-}
-
-// CatalogTxns returns consul_fsm_txn_count, the transactions the state
-// machine applied: fleetsync makes every catalog write as one /v1/txn, so
-// this counts its catalog writes apart from other Raft applies (sessions and
-// KV writes of its cluster-id claim are consul_fsm_session_count and
-// consul_fsm_kvs_count).
-func (c *Consul) CatalogTxns() (float64, error) {
-	return c.counter(context.Background(), "consul_fsm_txn_count")
 }

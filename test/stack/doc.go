@@ -1,7 +1,21 @@
 // Package stack starts the real servers that fleetsync's end-to-end tests run
-// against: etcd + kube-apiserver (StartKube / KubeT) and a Consul dev agent
-// (StartConsul / ConsulT), plus a generic subprocess runner (StartProcess) for
-// the fleetsync daemon itself.
+// against: etcd + kube-apiserver (StartKube / KubeT) and Consul (StartConsul /
+// ConsulT / ConsulOptionsT), plus a generic subprocess runner (StartProcess)
+// for the fleetsync daemon itself.
+//
+// # Consul: a dev agent or real servers
+//
+// By default Consul is one `consul agent -dev`: quick to start (~0.3 s),
+// state in memory, so Restart means "Consul lost its data". With
+// ConsulOptions.Servers = N it is N server agents (`-server
+// -bootstrap-expect=N`), each with its own data dir, node name and ports, for
+// the faults a dev agent cannot show: a restart with the data kept (Restart
+// is a kill -9 of every server, RestartServer a SIGTERM of one), the crash of
+// one server (KillServer, StopServer, StartServer), a new leader (Leader), a
+// cluster that lost its data (RestartEmpty) and a snapshot restore
+// (SnapshotSave, SnapshotRestore; the dev agent supports those too). A single
+// server is ready in about 2 s: it elects itself first. Consul.Client talks
+// to agent 0, Server(i).Client to server i alone.
 //
 // # What it starts
 //
@@ -13,7 +27,9 @@
 // node name. If a port was grabbed by someone else between the pick and the
 // bind, the whole start is retried with new ports. Readiness is always a real
 // signal polled under a deadline (etcd /health, kube-apiserver /readyz,
-// Consul's leader and its own catalog node), never a sleep.
+// Consul's leader and a consistent read of each agent's own catalog node),
+// never a sleep. A Consul server's restart keeps every port (its peers know
+// it by them), so a port taken meanwhile fails that restart.
 //
 // # Who stops it
 //

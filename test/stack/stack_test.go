@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -416,5 +417,352 @@ func TestConsulRestart(t *testing.T) {
 	}
 	if _, err := c.Client.Status().Leader(); err == nil {
 		t.Fatal("Kill: the agent still answers")
+	}
+}
+
+// consulProbe is what the server tests write and look for again: a KV key
+// and a catalog registration.
+type consulProbe struct {
+	t *testing.T
+	c *consulapi.Client
+}
+
+func (p consulProbe) register(node string) {
+	p.t.Helper()
+	reg := &consulapi.CatalogRegistration{Node: node, Address: "127.0.0.1", Service: &consulapi.AgentService{ID: "web-" + node, Service: "web", Port: 80}}
+	if _, err := p.c.Catalog().Register(reg, nil); err != nil {
+		p.t.Fatalf("registering %s: %v", node, err)
+	}
+}
+
+func (p consulProbe) deregister(node string) {
+	p.t.Helper()
+	if _, err := p.c.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: node}, nil); err != nil {
+		p.t.Fatalf("deregistering %s: %v", node, err)
+	}
+}
+
+func (p consulProbe) put(key, value string) {
+	p.t.Helper()
+	if _, err := p.c.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(value)}, nil); err != nil {
+		p.t.Fatalf("putting %s: %v", key, err)
+	}
+}
+
+// get is the key's value, "" when there is none.
+func (p consulProbe) get(key string) string {
+	p.t.Helper()
+	kv, _, err := p.c.KV().Get(key, nil)
+	if err != nil {
+		p.t.Fatalf("getting %s: %v", key, err)
+	}
+	if kv == nil {
+		return ""
+	}
+	return string(kv.Value)
+}
+
+// web is the sorted nodes of the web instances, and the catalog's index.
+func (p consulProbe) web() (string, uint64) {
+	p.t.Helper()
+	svcs, meta, err := p.c.Catalog().Service("web", "", nil)
+	if err != nil {
+		p.t.Fatalf("reading web: %v", err)
+	}
+	nodes := make([]string, len(svcs))
+	for i, s := range svcs {
+		nodes[i] = s.Node
+	}
+	slices.Sort(nodes)
+	return strings.Join(nodes, ","), meta.LastIndex
+}
+
+// nodesIndex is X-Consul-Index of /v1/catalog/nodes.
+func (p consulProbe) nodesIndex() uint64 {
+	p.t.Helper()
+	_, meta, err := p.c.Catalog().Nodes(nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return meta.LastIndex
+}
+
+// raftIndex is the agent's last Raft log index (/v1/agent/self).
+func (p consulProbe) raftIndex() uint64 {
+	p.t.Helper()
+	self, err := p.c.Agent().Self()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	raft, _ := self["Stats"]["raft"].(map[string]any)
+	s, _ := raft["last_log_index"].(string)
+	i, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		p.t.Fatalf("/v1/agent/self Stats.raft.last_log_index = %v: %v", raft["last_log_index"], err)
+	}
+	return i
+}
+
+func timed(t *testing.T, what string, f func() error) {
+	t.Helper()
+	start := time.Now()
+	if err := f(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Logf("%s took %s", what, time.Since(start).Round(time.Millisecond))
+}
+
+// TestConsulServerKeepsData: a single server keeps a KV key and a catalog
+// registration across a crash (Restart: kill -9) and a graceful restart,
+// on the same address; RestartEmpty loses them.
+func TestConsulServerKeepsData(t *testing.T) {
+	c := ConsulOptionsT(t, ConsulOptions{Servers: 1})
+	ctx := context.Background()
+	p := consulProbe{t, c.Client}
+	if n := len(c.Servers()); n != 1 || c.Server(0).DataDir == "" || c.Server(0).Client != c.Client {
+		t.Fatalf("%d servers, data dir %q", n, c.Server(0).DataDir)
+	}
+	before, err := c.RaftApplies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.put("fleetsync-test/probe", "v1")
+	p.register("synthetic")
+	if after, err := c.RaftApplies(); err != nil || after < before+2 {
+		t.Fatalf("RaftApplies %v -> %v, %v across two writes", before, after, err)
+	}
+
+	addr, pid := c.Addr, c.Agent().Pid()
+	timed(t, "Restart (kill -9, data kept)", func() error { return c.Restart(ctx) })
+	timed(t, "RestartServer (SIGTERM, data kept)", func() error { return c.RestartServer(ctx, 0) })
+	if c.Addr != addr || c.Agent().Pid() == pid || alive(pid) {
+		t.Fatalf("restarts: addr %s -> %s, pid %d -> %d", addr, c.Addr, pid, c.Agent().Pid())
+	}
+	if v := p.get("fleetsync-test/probe"); v != "v1" {
+		t.Fatalf("KV after restarts = %q; want v1", v)
+	}
+	if web, _ := p.web(); web != "synthetic" {
+		t.Fatalf("web after restarts on %q; want synthetic", web)
+	}
+	p.put("fleetsync-test/probe", "v2") // the same Client writes
+
+	timed(t, "RestartEmpty", func() error { return c.RestartEmpty(ctx) })
+	if v := p.get("fleetsync-test/probe"); v != "" {
+		t.Fatalf("KV after RestartEmpty = %q; want none", v)
+	}
+	if web, _ := p.web(); web != "" {
+		t.Fatalf("web after RestartEmpty on %q; want none", web)
+	}
+	if i := p.raftIndex(); i > 100 {
+		t.Fatalf("Raft index %d after RestartEmpty; want a new log", i)
+	}
+	p.register("synthetic")
+
+	if err := c.StopServer(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.Status().Leader(); err == nil {
+		t.Fatal("StopServer: the server still answers")
+	}
+	if err := c.StartServer(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if web, _ := p.web(); web != "synthetic" {
+		t.Fatalf("web after StopServer/StartServer on %q; want synthetic", web)
+	}
+	if err := c.StartServer(ctx, 0); err == nil {
+		t.Fatal("StartServer of a running server: want an error")
+	}
+}
+
+// TestConsulSnapshotRestore: a restore drops what was written after the
+// snapshot and brings back what was deleted since, on the dev agent and on a
+// server. It pins what a detector of restores can rely on (Consul 1.14):
+// the Raft index goes on, the catalog's X-Consul-Index goes back.
+func TestConsulSnapshotRestore(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		servers int
+	}{{"dev", 0}, {"server", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ConsulOptionsT(t, ConsulOptions{Servers: tc.servers})
+			ctx := context.Background()
+			p := consulProbe{t, c.Client}
+			if l, err := c.Leader(ctx); err != nil || l != 0 {
+				t.Fatalf("Leader = %d, %v", l, err)
+			}
+			p.register("kept")
+			p.register("deleted-later")
+			p.put("k", "v1")
+			var snap []byte
+			timed(t, "SnapshotSave", func() (err error) { snap, err = c.SnapshotSave(ctx); return err })
+			p.register("added-later")
+			p.deregister("deleted-later")
+			p.put("k", "v2")
+			if web, _ := p.web(); web != "added-later,kept" {
+				t.Fatalf("web before the restore on %q", web)
+			}
+			nodesBefore, raftBefore := p.nodesIndex(), p.raftIndex()
+
+			timed(t, fmt.Sprintf("SnapshotRestore (%d bytes)", len(snap)), func() error { return c.SnapshotRestore(ctx, snap) })
+			web, _ := p.web()
+			if web != "deleted-later,kept" {
+				t.Fatalf("web after the restore on %q; want deleted-later,kept", web)
+			}
+			if v := p.get("k"); v != "v1" {
+				t.Fatalf("KV after the restore = %q; want v1", v)
+			}
+			nodesAfter, raftAfter := p.nodesIndex(), p.raftIndex()
+			t.Logf("/v1/catalog/nodes X-Consul-Index %d -> %d; Raft last index %d -> %d", nodesBefore, nodesAfter, raftBefore, raftAfter)
+			if nodesAfter >= nodesBefore {
+				t.Errorf("X-Consul-Index of /v1/catalog/nodes %d -> %d across the restore; Consul 1.14 sends it back", nodesBefore, nodesAfter)
+			}
+			if raftAfter <= raftBefore {
+				t.Errorf("Raft index %d -> %d across the restore; want it to go on", raftBefore, raftAfter)
+			}
+			p.register("after-restore")
+			if _, idx := p.web(); idx <= raftBefore {
+				t.Errorf("the first write after the restore has index %d, not past the old Raft index %d", idx, raftBefore)
+			}
+		})
+	}
+}
+
+// TestConsulRestoreWakesBlockingQueryWithOldData pins the trap for a
+// watcher: a blocking catalog query in flight during a restore returns at
+// once, but with the abandoned store's data and its index unchanged. Only
+// the next read sees the restored data, with a lower index.
+func TestConsulRestoreWakesBlockingQueryWithOldData(t *testing.T) {
+	c := ConsulOptionsT(t, ConsulOptions{Servers: 1})
+	ctx := context.Background()
+	p := consulProbe{t, c.Client}
+	p.register("kept")
+	snap, err := c.SnapshotSave(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.register("added-later")
+	_, idx := p.web()
+	blocking, err := c.Counter("consul_rpc_queries_blocking")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		web string
+		idx uint64
+		err error
+	}
+	res := make(chan result, 1)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	go func() {
+		svcs, meta, err := c.Client.Catalog().Service("web", "", (&consulapi.QueryOptions{WaitIndex: idx, WaitTime: time.Minute}).WithContext(qctx))
+		r := result{err: err}
+		if err == nil {
+			var nodes []string
+			for _, s := range svcs {
+				nodes = append(nodes, s.Node)
+			}
+			slices.Sort(nodes)
+			r.web, r.idx = strings.Join(nodes, ","), meta.LastIndex
+		}
+		res <- r
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := waitFor(wctx, "the blocking query to block", nil, func(context.Context) (bool, error) {
+		n, err := c.Counter("consul_rpc_queries_blocking")
+		return err == nil && n > blocking, fmt.Errorf("consul_rpc_queries_blocking = %v, was %v: %v", n, blocking, err)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SnapshotRestore(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	t.Logf("the blocking query (WaitIndex %d) returned after %s: index %d, web on %q", idx, time.Since(start).Round(time.Millisecond), r.idx, r.web)
+	if r.err != nil || r.idx != idx || r.web != "added-later,kept" {
+		t.Fatalf("blocking query across the restore = %q at %d, %v; want the old data at the old index %d", r.web, r.idx, r.err, idx)
+	}
+	if web, now := p.web(); web != "kept" || now >= idx {
+		t.Fatalf("the next read = %q at %d; want the restored data at an index below %d", web, now, idx)
+	}
+}
+
+// TestConsulCluster: three servers elect a leader; kill -9 of the leader
+// leaves a new one that takes writes; the killed server rejoins and reads
+// them.
+func TestConsulCluster(t *testing.T) {
+	c := ConsulOptionsT(t, ConsulOptions{Servers: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := c.Servers()
+	if len(servers) != 3 {
+		t.Fatalf("%d servers", len(servers))
+	}
+	names := map[string]bool{}
+	for _, s := range servers {
+		names[s.NodeName] = true
+		if s.DataDir == "" || !s.Running() {
+			t.Fatalf("server %d: data dir %q, running %v", s.Index, s.DataDir, s.Running())
+		}
+	}
+	if len(names) != 3 {
+		t.Fatalf("node names %v; want three", names)
+	}
+	voters := func(via int) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			cfg, err := c.ServerClient(via).Operator().RaftGetConfiguration(nil)
+			if err != nil {
+				return false, err
+			}
+			n := 0
+			for _, s := range cfg.Servers {
+				if s.Voter && names[s.Node] {
+					n++
+				}
+			}
+			return n == 3, fmt.Errorf("%d of 3 servers are voters: %+v", n, cfg.Servers)
+		}
+	}
+	if err := waitFor(ctx, "three voters", nil, voters(0)); err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var leader int
+	timed(t, fmt.Sprintf("kill -9 of leader %d until a new leader", old), func() (err error) {
+		if err := c.KillServer(old); err != nil {
+			return err
+		}
+		leader, err = c.Leader(ctx)
+		return err
+	})
+	if leader == old {
+		t.Fatalf("leader %d after its kill", leader)
+	}
+	other := 3 - old - leader // the follower that stayed
+	consulProbe{t, c.ServerClient(other)}.put("after-failover", "yes")
+
+	timed(t, fmt.Sprintf("StartServer(%d) after kill -9", old), func() error { return c.StartServer(ctx, old) })
+	if l, err := c.Leader(ctx); err != nil || l != leader {
+		t.Fatalf("Leader after the rejoin = %d, %v; want %d", l, err, leader)
+	}
+	if v := (consulProbe{t, c.ServerClient(old)}).get("after-failover"); v != "yes" {
+		t.Fatalf("the rejoined server reads %q", v)
+	}
+	if err := waitFor(ctx, "three voters after the rejoin", nil, voters(old)); err != nil {
+		t.Fatal(err)
+	}
+
+	timed(t, fmt.Sprintf("RestartServer(%d), a follower", other), func() error { return c.RestartServer(ctx, other) })
+	consulProbe{t, c.ServerClient(other)}.put("after-restart", "yes")
+	timed(t, "Restart of all three (kill -9, data kept)", func() error { return c.Restart(ctx) })
+	if v := (consulProbe{t, c.Client}).get("after-restart"); v != "yes" {
+		t.Fatalf("after restarting all three: %q", v)
 	}
 }
