@@ -24,16 +24,18 @@ const (
 // cluster's instances, so no other cluster may write it as a user tag
 // (see worker.Config.ReservedTag). One catalog read
 // (/v1/catalog/nodes?node-meta=external-source:kubernetes), bounded by
-// Options.MaxReads like every read.
+// Options.MaxReads and Options.RequestTimeout like every read.
 func (c *Client) ClusterIDs(ctx context.Context) ([]string, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer c.reads.Release(1)
-	q := (&api.QueryOptions{NodeMeta: map[string]string{nodeMetaExternalSource: externalSourceK8s}}).WithContext(ctx)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{NodeMeta: map[string]string{nodeMetaExternalSource: externalSourceK8s}}).WithContext(rctx)
 	nodes, _, err := c.api.CatalogNodes(q)
 	if err != nil {
-		return nil, fmt.Errorf("list the nodes of Kubernetes clusters (node meta %s=%s): %w", nodeMetaExternalSource, externalSourceK8s, err)
+		return nil, fmt.Errorf("list the nodes of Kubernetes clusters (node meta %s=%s): %w", nodeMetaExternalSource, externalSourceK8s, c.ctxErr(ctx, err))
 	}
 	own := c.owner.Node().Meta[nodeMetaCluster]
 	seen := make(map[string]bool)

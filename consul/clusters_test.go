@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -18,11 +19,16 @@ type nodesAPI struct {
 	catalogAPI
 	nodes   []*api.Node
 	err     error
+	hang    bool // block until the request's context ends
 	queries []map[string]string
 }
 
 func (f *nodesAPI) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
 	f.queries = append(f.queries, maps.Clone(q.NodeMeta))
+	if f.hang {
+		<-q.Context().Done()
+		return nil, nil, q.Context().Err()
+	}
 	return f.nodes, &api.QueryMeta{}, f.err
 }
 
@@ -97,6 +103,10 @@ func TestClusterIDsErrors(t *testing.T) {
 	c := newClient(&nodesAPI{err: boom}, testOwner{id: "east"}, Options{})
 	if _, err := c.ClusterIDs(context.Background()); !errors.Is(err, boom) || !strings.Contains(err.Error(), "external-source=kubernetes") {
 		t.Errorf("err = %v, want the API error wrapped, naming the query", err)
+	}
+	c = newClient(&nodesAPI{hang: true}, testOwner{id: "east"}, Options{RequestTimeout: time.Millisecond})
+	if _, err := c.ClusterIDs(context.Background()); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer from Consul") {
+		t.Errorf("a Consul that never answers: err = %v, want the request deadline", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
