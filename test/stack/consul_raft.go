@@ -91,8 +91,11 @@ func (c *Consul) SnapshotSave(ctx context.Context) ([]byte, error) {
 // once it has applied the snapshot and re-run its leader actions;
 // SnapshotRestore then waits until every running server reads its own node
 // consistently again. Raft's index goes on past the old one, but the
-// catalog's indexes (X-Consul-Index) are those of the snapshot: they go
-// backwards.
+// X-Consul-Index of each endpoint is that of the snapshot's data: it goes
+// back, until the next write to that data (the agent's anti-entropy may
+// rewrite its own node within a second), which lands past every old index.
+// A blocking query in flight returns at once with the old data and its old
+// index.
 func (c *Consul) SnapshotRestore(ctx context.Context, snap []byte) error {
 	if err := c.Client.Snapshot().Restore((&consulapi.WriteOptions{}).WithContext(ctx), bytes.NewReader(snap)); err != nil {
 		return fmt.Errorf("consul snapshot restore: %w", err)
