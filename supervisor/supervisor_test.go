@@ -160,6 +160,8 @@ func memOf(s Store) *memStore {
 		return s
 	case *failingStore:
 		return s.memStore
+	case *watchStore:
+		return s.memStore
 	}
 	panic("unknown store")
 }

@@ -1,0 +1,286 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+func nodeView(nodes ...consul.NodeEntry) consul.NodesView { return consul.NodesView{Nodes: nodes} }
+
+func ours(name string, create uint64) consul.NodeEntry {
+	return consul.NodeEntry{Name: name, CreateIndex: create, ModifyIndex: create, Ours: true}
+}
+
+// TestLossDetector: the rules that tell a Consul that lost or rolled back
+// data from one that did not, each as a sequence of reads.
+func TestLossDetector(t *testing.T) {
+	type read struct {
+		view      consul.NodesView
+		index     map[string]uint64 // node index read
+		committed map[string]uint64 // highest index our writes returned
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
+		want  []string // signals found at the last read
+	}{
+		{"quiet", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, map[string]uint64{"k8s-a": 40}},
+		}, nil},
+		{"writes raise the index", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 90}, map[string]uint64{"k8s-a": 90}},
+		}, nil},
+		{"restarted empty, node not yet re-created", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
+			{nodeView(), nil, map[string]uint64{"k8s-a": 40}},
+		}, []string{SignalNodeVanished}},
+		{"restarted empty, a busy worker re-created the node", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 4000}, nil},
+			{nodeView(ours("k8s-a", 12)), map[string]uint64{"k8s-a": 14}, map[string]uint64{"k8s-a": 14}},
+		}, []string{SignalNodeRecreated, SignalIndexBack}},
+		{"snapshot restored: index below the last read", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 400}, nil},
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, nil},
+		}, []string{SignalIndexBack}},
+		{"snapshot restored: index below our last write", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, nil},
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, map[string]uint64{"k8s-a": 350}},
+		}, []string{SignalIndexBack}},
+		{"someone else's node is no sign", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
+			{nodeView(ours("k8s-a", 5), consul.NodeEntry{Name: "k8s-a.1", CreateIndex: 50}), map[string]uint64{"k8s-a": 40}, nil},
+		}, nil},
+		{"second node appears", []read{
+			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
+			{nodeView(ours("k8s-a", 5), ours("k8s-a.1", 60)), map[string]uint64{"k8s-a": 40, "k8s-a.1": 61}, map[string]uint64{"k8s-a.1": 61}},
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d lossDetector
+			var got []string
+			for _, r := range tc.reads {
+				got = nil
+				for _, f := range d.checkNodes(r.view) {
+					got = append(got, f.signal)
+				}
+				for _, n := range d.due() {
+					for _, f := range d.checkIndex(n, r.index[n], r.committed[n]) {
+						got = append(got, f.signal)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("signals %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLossDetectorReadsManyNodesInTurn: with more nodes than one check
+// reads, every node's index is read within a few checks.
+func TestLossDetectorReadsManyNodesInTurn(t *testing.T) {
+	var d lossDetector
+	var nodes []consul.NodeEntry
+	for i := range 20 {
+		nodes = append(nodes, ours(fmt.Sprintf("k8s-a.%d", i+1), 5))
+	}
+	d.checkNodes(nodeView(nodes...))
+	seen := map[string]bool{}
+	for range 3 {
+		due := d.due()
+		if len(due) != nodesPerCheck {
+			t.Fatalf("%d nodes due, want %d", len(due), nodesPerCheck)
+		}
+		for _, n := range due {
+			seen[n] = true
+		}
+	}
+	if len(seen) != 20 {
+		t.Fatalf("%d of 20 nodes read in 3 checks", len(seen))
+	}
+}
+
+// watchStore adds a scripted node view to the in-memory store.
+type watchStore struct {
+	*memStore
+	mu        sync.Mutex
+	view      consul.NodesView
+	index     uint64
+	reads     int // ReadPrefix calls (workers' re-reads)
+	nodeReads chan struct{}
+}
+
+func (s *watchStore) ReadNodes(context.Context) (consul.NodesView, error) {
+	s.mu.Lock()
+	v := s.view
+	s.mu.Unlock()
+	select {
+	case s.nodeReads <- struct{}{}:
+	default:
+	}
+	return v, nil
+}
+
+func (s *watchStore) NodeIndex(context.Context, string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index, nil
+}
+
+func (s *watchStore) Committed(string) uint64 { return 0 }
+func (s *watchStore) ResetCommitted()         {}
+
+func (s *watchStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.memStore.ReadPrefix(ctx, prefix)
+}
+
+func (s *watchStore) set(v consul.NodesView, index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.view, s.index = v, index
+}
+
+func (s *watchStore) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+type lossHooks struct {
+	nopHooks
+	mu      sync.Mutex
+	signals []string
+	foreign int
+}
+
+func (h *lossHooks) ConsulDataLost(s string) { h.mu.Lock(); h.signals = append(h.signals, s); h.mu.Unlock() }
+func (h *lossHooks) ForeignNodes(n int)      { h.mu.Lock(); h.foreign = n; h.mu.Unlock() }
+func (h *lossHooks) got() ([]string, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.signals), h.foreign
+}
+
+// TestLossMakesEveryWorkerRepair: a node created again, and a worker's
+// evidence, each make every worker re-read its Service at once; a
+// look-alike node is a readiness problem while it exists.
+func TestLossMakesEveryWorkerRepair(t *testing.T) {
+	w := newFakeWatcher()
+	for i := range 3 {
+		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
+		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
+	}
+	close(w.synced)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	hooks := &lossHooks{}
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+	})
+	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
+	nodeRead := func() {
+		t.Helper()
+		select {
+		case <-store.nodeReads:
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("the watch did not read the nodes")
+		}
+	}
+	check := func() { // one check: the watch reads the nodes
+		t.Helper()
+		f.waitFor(t, "the check's timer", clk.HasWaiters)
+		clk.Step(time.Second)
+		nodeRead()
+	}
+	nodeRead() // the first check, at bootstrap
+	reads := store.readCount()
+
+	store.set(nodeView(ours("k8s-test", 9)), 12) // Consul restarted empty; a write re-created the node
+	check()
+	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	if sig, _ := hooks.got(); !slices.Contains(sig, SignalNodeRecreated) {
+		t.Fatalf("signals %v, want %s", sig, SignalNodeRecreated)
+	}
+
+	reads = store.readCount()
+	f.sup.lossSeen("service ns/s0: 1 of 1 entries gone")
+	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return store.readCount() >= reads+3 })
+	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalWorker) })
+
+	store.set(nodeView(ours("k8s-test", 9), consul.NodeEntry{Name: "k8s-test.3", Address: "10.9.9.9", Meta: map[string]string{"team": "x"}}), 12)
+	check()
+	f.waitFor(t, "the look-alike node reported", func() bool { return len(f.sup.Problems()) == 1 })
+	if p := f.sup.Problems()[0]; !strings.Contains(p, "k8s-test.3") || !strings.Contains(p, "10.9.9.9") {
+		t.Fatalf("problem %q does not name the node and its address", p)
+	}
+	if _, n := hooks.got(); n != 1 {
+		t.Fatalf("foreign nodes gauge %d, want 1", n)
+	}
+	store.set(nodeView(ours("k8s-test", 9)), 12)
+	check()
+	f.waitFor(t, "the problem cleared", func() bool { return len(f.sup.Problems()) == 0 })
+}
+
+// listingWatcher creates a Service right after every listing of the cache:
+// the last one lands after bootstrap took its list and before it ends.
+type listingWatcher struct {
+	*fakeWatcher
+	mu    sync.Mutex
+	added []k8s.Key
+}
+
+func (l *listingWatcher) Keys() []k8s.Key {
+	keys := l.fakeWatcher.Keys()
+	l.mu.Lock()
+	key := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("new-%d", len(l.added))}
+	l.added = append(l.added, key)
+	l.mu.Unlock()
+	l.fakeWatcher.set(key, service(key.Namespace, key.Name, fmt.Sprintf("10.2.0.%d", len(keys)+1)))
+	return keys
+}
+
+// TestServiceAddedWhileBootstrapListsIsSynced: with informer resync off, a
+// Service created while bootstrap lists the cache is not dropped.
+func TestServiceAddedWhileBootstrapListsIsSynced(t *testing.T) {
+	fw := newFakeWatcher()
+	fw.services[k8s.Key{Namespace: "ns", Name: "old"}] = service("ns", "old", "10.2.0.99")
+	close(fw.synced)
+	lw := &listingWatcher{fakeWatcher: fw}
+	store := newMemStore()
+	cluster, _ := ownership.New("test")
+	sup := New(Options{
+		Selector: Selector{Allow: []string{"*"}},
+		Worker:   worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
+		Watcher:  lw, Store: store,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	f := &fixture{store: store}
+	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+	lw.mu.Lock()
+	added := slices.Clone(lw.added)
+	lw.mu.Unlock()
+	for _, key := range added {
+		f.waitFor(t, "Service "+key.String()+" synced", func() bool { return store.count(cluster.IDPrefix(key.Namespace, key.Name)) == 1 })
+	}
+}
