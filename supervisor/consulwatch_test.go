@@ -170,8 +170,12 @@ type lossHooks struct {
 	foreign int
 }
 
-func (h *lossHooks) ConsulDataLost(s string) { h.mu.Lock(); h.signals = append(h.signals, s); h.mu.Unlock() }
-func (h *lossHooks) ForeignNodes(n int)      { h.mu.Lock(); h.foreign = n; h.mu.Unlock() }
+func (h *lossHooks) ConsulDataLost(s string) {
+	h.mu.Lock()
+	h.signals = append(h.signals, s)
+	h.mu.Unlock()
+}
+func (h *lossHooks) ForeignNodes(n int) { h.mu.Lock(); h.foreign = n; h.mu.Unlock() }
 func (h *lossHooks) got() ([]string, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
