@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +332,45 @@ func TestNodeIndexGoesUpWithOurWrites(t *testing.T) {
 	}
 	if _, err := c.NodeIndex(ctx, "k8s-"+fmt.Sprint("absent")); err != nil {
 		t.Fatalf("index of an absent node: %v", err)
+	}
+}
+
+// TestConcurrentWritesCreateTheNodeOnce: eight workers writing at once to
+// a node that does not exist yet (a fresh Consul) cost no failed
+// transaction: one creates the node, the others wait for it and then CAS
+// on the index it got.
+func TestConcurrentWritesCreateTheNodeOnce(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "createonce"}
+	var mu sync.Mutex
+	failed := 0
+	c := NewClient(a.Client, owner, Options{Observe: func(_ int, _ float64, err error) {
+		if err != nil {
+			mu.Lock()
+			failed++
+			mu.Unlock()
+		}
+	}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(i, "web")}})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if failed != 0 {
+		t.Fatalf("%d failed transactions, want 0", failed)
+	}
+	if n, err := NodeServiceCountForTest(a.Client, owner.Node().Name); err != nil || n != 8 {
+		t.Fatalf("%d instances (%v), want 8", n, err)
 	}
 }

@@ -70,6 +70,10 @@ type nodeRegistry struct {
 	mu    sync.Mutex
 	known bool
 	nodes map[string]NodeEntry // by name; absent: not in the catalog
+	// creating holds, per node being created by a transaction in flight,
+	// a channel closed when it is done: other transactions wait for it
+	// rather than race it (a CAS create that fails is a wasted write).
+	creating map[string]chan struct{}
 	// high is, per node, the highest index a committed transaction
 	// returned for an entry on it: the node's catalog index cannot be
 	// below it unless Consul lost or rolled back data.
@@ -214,29 +218,79 @@ func (r *nodeRegistry) forget() {
 }
 
 // nodeOps returns the node op of every node in names, reading the nodes
-// first when the registry is not filled; a look-alike node refuses.
-func (c *Client) nodeOps(ctx context.Context, names []string) (api.TxnOps, error) {
+// first when the registry is not filled; a look-alike node refuses. A node
+// not in the catalog is created by one transaction at a time: done, called
+// once the transaction is over (and its results recorded), lets the next
+// one see it.
+func (c *Client) nodeOps(ctx context.Context, names []string) (ops api.TxnOps, done func(), err error) {
 	if !c.nodes.isKnown() {
 		if _, err := c.ReadNodes(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	ops := make(api.TxnOps, 0, len(names))
+	var mine []string // nodes this transaction creates
+	done = func() { c.nodes.created(mine) }
+	ops = make(api.TxnOps, 0, len(names))
 	for _, name := range names {
-		n, exists, _ := c.nodes.get(name)
+		n, exists, err := c.nodes.await(ctx, name)
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
 		if exists && !n.Ours {
-			return nil, &ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
+			done()
+			return nil, nil, &ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
 		}
 		want := c.owner.NodeNamed(name)
 		index := uint64(0)
 		if exists {
 			index = n.ModifyIndex
+		} else {
+			mine = append(mine, name)
 		}
 		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
 			Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: index,
 		}}})
 	}
-	return ops, nil
+	return ops, done, nil
+}
+
+// await returns the node's entry once no other transaction is creating
+// it; when it is absent, the caller is now the one creating it.
+func (r *nodeRegistry) await(ctx context.Context, name string) (NodeEntry, bool, error) {
+	for {
+		r.mu.Lock()
+		n, exists := r.nodes[name]
+		wait, busy := r.creating[name]
+		if exists || !busy {
+			if !exists {
+				if r.creating == nil {
+					r.creating = map[string]chan struct{}{}
+				}
+				r.creating[name] = make(chan struct{})
+			}
+			r.mu.Unlock()
+			return n, exists, nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return NodeEntry{}, false, ctx.Err()
+		}
+	}
+}
+
+// created ends the creations of names (committed or not).
+func (r *nodeRegistry) created(names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range names {
+		if ch, ok := r.creating[name]; ok {
+			close(ch)
+			delete(r.creating, name)
+		}
+	}
 }
 
 func metaString(m map[string]string) string {

@@ -233,7 +233,7 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 			}
 			ops, guarded = append(ops, op), 1
 		}
-		nodeOps, err := c.nodeOps(ctx, nodes)
+		nodeOps, created, err := c.nodeOps(ctx, nodes)
 		if err != nil {
 			return nil, err
 		}
@@ -243,10 +243,17 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 		}
 		resp, err := c.commit(ctx, ops)
 		if err == nil {
+			c.recordNodes(resp)
+			created()
 			return resp, nil
 		}
+		created()
 		var te *TxnError
 		if !errors.As(err, &te) {
+			// No answer: Consul may come back without its data (or
+			// restored), so the nodes are read again before the next
+			// node op instead of a CAS on what they were.
+			c.nodes.forget()
 			return nil, err
 		}
 		te.locate(ops, guarded, len(nodeOps), groups)
@@ -289,6 +296,20 @@ func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, 
 	return resp, nil
 }
 
+// recordNodes notes the nodes a committed transaction wrote (their node ops'
+// results), for the next node ops.
+func (c *Client) recordNodes(resp *api.TxnResponse) {
+	if resp == nil {
+		return
+	}
+	for _, r := range resp.Results {
+		if r.Node != nil {
+			c.nodes.written(r.Node.Node, r.Node.CreateIndex, r.Node.ModifyIndex, r.Node.Address, r.Node.Meta)
+			c.sawIndex(r.Node.ModifyIndex)
+		}
+	}
+}
+
 // collect records what the committed groups wrote: the instance sent, with
 // the new indexes from the results (deletes have no result; an entry that
 // was not rewritten keeps the index it had).
@@ -304,9 +325,6 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			case r.Check != nil:
 				checkIndex[r.Check.CheckID] = r.Check.ModifyIndex
 				c.sawIndex(r.Check.ModifyIndex)
-			case r.Node != nil:
-				c.nodes.written(r.Node.Node, r.Node.CreateIndex, r.Node.ModifyIndex, r.Node.Address, r.Node.Meta)
-				c.sawIndex(r.Node.ModifyIndex)
 			}
 		}
 	}
