@@ -50,6 +50,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	ccfg := consulConfig(cfg)
+	for _, w := range insecureTLSWarnings(ccfg) {
+		log.Warn("Insecure Consul connection", "problem", w)
+	}
 	tokens, err := consul.NewTokenSource(ccfg.Token, ccfg.TokenFile, log.Named("consul-token"))
 	if err != nil {
 		return err
@@ -74,12 +77,14 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	recorder := k8s.NewRecorder(kube, "fleetsync", log.Named("events"))
 	defer recorder.Shutdown()
 
+	reserved := &supervisor.ReservedTags{}
 	sup := supervisor.New(supervisor.Options{
 		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values},
 		Worker: worker.Config{
 			Cluster: cluster, DefaultWindow: cfg.Window, ServicePrefix: cfg.ServicePrefix,
 			AddNamespaceSuffix: cfg.AddNamespaceSuffix, K8sTag: cfg.K8sTag,
 			Terminating: worker.TerminatingPolicy(cfg.Terminating), RegisterNotReady: cfg.RegisterNotReady,
+			ReservedTag: reserved.Lookup,
 		},
 		Watcher:           k8s.NewWatcher(kube, cfg.Resync, log.Named("k8s")),
 		Store:             store,
@@ -132,6 +137,10 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	}
 	g.Go(func() error {
 		health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2))
+		return nil
+	})
+	g.Go(func() error {
+		reserved.Run(gctx, 30*time.Second, store.ClusterIDs, sup.NotifyAll, log.Named("clusters"))
 		return nil
 	})
 	g.Go(func() error {
