@@ -120,6 +120,9 @@ type Client struct {
 	nodes nodeRegistry
 	high  atomic.Uint64 // highest index seen in a transaction result
 	guard atomic.Pointer[guardHolder]
+	// unsure is set when a transaction got no answer, cleared when one
+	// commits: until then each transaction re-checks the guard first.
+	unsure atomic.Bool
 }
 
 type guardHolder struct{ g Guard }

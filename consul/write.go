@@ -223,6 +223,14 @@ func (c *Client) checkOp(node string, in Instance, index uint64) *api.TxnOp {
 // changed hands between this cluster's own replicas) before it is returned.
 func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*api.TxnResponse, error) {
 	guard := c.currentGuard()
+	if guard != nil && c.unsure.Load() {
+		// The last request got no answer: Consul may be back without
+		// its data (the claim key gone) or restored. Re-check the guard
+		// (a read) rather than send a transaction bound to fail.
+		if err := guard.Failed(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		var ops api.TxnOps
 		guarded := 0
@@ -245,15 +253,18 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 		if err == nil {
 			c.recordNodes(resp)
 			created()
+			c.unsure.Store(false)
 			return resp, nil
 		}
 		created()
 		var te *TxnError
 		if !errors.As(err, &te) {
 			// No answer: Consul may come back without its data (or
-			// restored), so the nodes are read again before the next
-			// node op instead of a CAS on what they were.
+			// restored), so the nodes and the guard are read again
+			// before the next transaction instead of a CAS on what
+			// they were.
 			c.nodes.forget()
+			c.unsure.Store(true)
 			return nil, err
 		}
 		te.locate(ops, guarded, len(nodeOps), groups)

@@ -26,7 +26,11 @@ func TestTwoClustersShareOneConsul(t *testing.T) {
 		Service: &consulapi.AgentService{ID: "shared-by-hand", Service: "shared", Address: "192.168.0.1", Port: 80, Tags: []string{a.cluster}}}
 	_, err := consul.Client.Catalog().Register(hand, nil)
 	must(t, err)
+	// (The node carries a's mark, as if a created it: a node with a's name
+	// and without the mark is someone else's, and never written; see
+	// TestLookAlikeNodeIsNeverWritten.)
 	unmarked := &consulapi.CatalogRegistration{Node: a.node(), Address: "127.0.0.1",
+		NodeMeta: map[string]string{"external-source": "kubernetes", "k8s-cluster": a.cluster},
 		Service: &consulapi.AgentService{ID: "shared-unmarked", Service: "shared", Address: "192.168.0.2", Port: 80}}
 	_, err = consul.Client.Catalog().Register(unmarked, nil)
 	must(t, err)
