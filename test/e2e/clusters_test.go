@@ -31,7 +31,7 @@ func TestTwoClustersShareOneConsul(t *testing.T) {
 	// TestLookAlikeNodeIsNeverWritten.)
 	unmarked := &consulapi.CatalogRegistration{Node: a.node(), Address: "127.0.0.1",
 		NodeMeta: map[string]string{"external-source": "kubernetes", "k8s-cluster": a.cluster},
-		Service: &consulapi.AgentService{ID: "shared-unmarked", Service: "shared", Address: "192.168.0.2", Port: 80}}
+		Service:  &consulapi.AgentService{ID: "shared-unmarked", Service: "shared", Address: "192.168.0.2", Port: 80}}
 	_, err = consul.Client.Catalog().Register(unmarked, nil)
 	must(t, err)
 	foreign := foreignIndexes(t)
