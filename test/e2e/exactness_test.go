@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -378,7 +379,9 @@ func TestHungConsulCostsABoundedDelay(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { d.CloseT(t) })
 	stuck, stuckKeys := svcSet(t, e, "stuck", 4, 2, 50)
-	must(t, proxy.WaitHeld(e.ctx, 2))
+	wctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	must(t, proxy.WaitHeld(wctx, 2))
 
 	// While the stuck Services' transactions hang and retry, others change.
 	var worst time.Duration
