@@ -103,6 +103,8 @@ type Supervisor struct {
 	early   map[k8s.Key]bool
 	lossC   chan string // a worker's evidence that Consul lost data (1-buffered)
 
+	names nameIndex // Consul name of every worker's Service
+
 	problemsMu sync.Mutex
 	problems   map[string]string // readiness problems by source (e.g. a foreign node)
 
@@ -346,6 +348,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		DrainTimeout: s.opts.DrainTimeout,
 		ResyncPeriod: s.opts.ResyncPeriod,
 		OnLoss:       s.lossSeen,
+		OnName:       func(name string, derived bool) { s.nameSeen(key, name, derived) },
 	})
 }
 
@@ -387,6 +390,7 @@ func (s *Supervisor) stopped(key k8s.Key, e *entry) {
 	s.mu.Lock()
 	if s.workers[key] == e {
 		delete(s.workers, key)
+		s.names.remove(key)
 	}
 	s.mu.Unlock()
 	s.opts.Hooks.WorkerStopped(key)
@@ -399,6 +403,7 @@ func (s *Supervisor) finished(key k8s.Key, e *entry) {
 	defer s.mu.Unlock()
 	if s.workers[key] == e {
 		delete(s.workers, key)
+		s.names.remove(key)
 	}
 	s.opts.Hooks.WorkerStopped(key)
 	s.log.Debug("Worker finished", "namespace", key.Namespace, "service", key.Name)

@@ -68,6 +68,11 @@ type Options struct {
 	// entries this worker wrote are gone or older than written: Consul
 	// lost or rolled back data, so every other worker should look too.
 	OnLoss func(reason string)
+	// OnName, when set, is told the Service's Consul name at every look,
+	// and whether it comes from the Kubernetes name (not the service-name
+	// annotation): the supervisor reports two Services that share one by
+	// accident.
+	OnName func(name string, derived bool)
 }
 
 // Worker keeps one Service's instances in Consul equal to its desired state.
@@ -446,6 +451,9 @@ func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
 	}
 	for _, warn := range spec.Warnings {
 		w.report(svc, before, ReasonInvalidAnnotation, warn)
+	}
+	if w.opts.OnName != nil {
+		w.opts.OnName(spec.Name, svc.Annotations[AnnotationName] == "")
 	}
 	instances, blocked := Unblocked(spec.Instances, w.owned, w.foreign, w.nodeOf)
 	for _, msg := range blocked {
