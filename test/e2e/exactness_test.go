@@ -377,7 +377,15 @@ func TestHungConsulCostsABoundedDelay(t *testing.T) {
 		ConsulAddr: proxy.Addr(), Namespaces: []string{e.ns},
 		Args: []string{"--consul-request-timeout=" + timeout.String(), "--consul-max-inflight=2"}})
 	must(t, err)
-	t.Cleanup(func() { d.CloseT(t) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleetsync log tail:\n%s", d.LogTail(40))
+		}
+		d.CloseT(t)
+	})
+	warm, warmKeys := svcSet(t, e, "warm", 1, 1, 49) // the node exists before anything hangs
+	wk, ws := keysOf(warmKeys, warm)
+	waitExact(t, consul.Client, e.node(), wk, ws, 20*time.Second, "the first Service")
 	stuck, stuckKeys := svcSet(t, e, "stuck", 4, 2, 50)
 	wctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
