@@ -172,15 +172,12 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 				}
 				cl.log.Warn("Taking over a cluster id claimed by another Kubernetes cluster", "key", cl.key, "previous_kube_uid", have.KubeUID, "previous_holder", have.Holder)
 				rctx, cancel := context.WithTimeout(ctx, cl.timeout)
-				ok, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(rctx))
+				_, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(rctx))
 				cancel()
 				if err != nil {
 					return fmt.Errorf("claim cluster id %q: take over %s: %w", cl.value.ClusterID, cl.key, err)
 				}
-				if !ok {
-					continue // changed meanwhile: look again
-				}
-				continue // read the index of what we wrote
+				continue // look again: what we wrote, or who changed it meanwhile
 			}
 			if pair.Session != "" && pair.Session != cl.session {
 				cl.index = pair.ModifyIndex

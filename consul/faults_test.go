@@ -3,7 +3,6 @@ package consul
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -148,8 +147,7 @@ func TestLargeChangeNeverDipsBelowDesired(t *testing.T) {
 		t.Fatal(err)
 	}
 	var counts []int
-	var c *Client
-	c = NewClient(a.Client, owner, Options{Observe: func(_ int, _ float64, err error) {
+	c := NewClient(a.Client, owner, Options{Observe: func(_ int, _ float64, err error) {
 		if err == nil {
 			n, _ := NodeServiceCountForTest(a.Client, owner.Node().Name)
 			counts = append(counts, n)
@@ -330,7 +328,7 @@ func TestNodeIndexGoesUpWithOurWrites(t *testing.T) {
 			t.Fatalf("write %d: node index %d, committed %d; want index >= committed > 0", i, idx, committed)
 		}
 	}
-	if _, err := c.NodeIndex(ctx, "k8s-"+fmt.Sprint("absent")); err != nil {
+	if _, err := c.NodeIndex(ctx, "k8s-absent"); err != nil {
 		t.Fatalf("index of an absent node: %v", err)
 	}
 }

@@ -184,15 +184,6 @@ func (r *nodeRegistry) set(nodes []NodeEntry) {
 	}
 }
 
-// get returns the node's entry (ok false: absent) and whether the registry
-// was ever filled.
-func (r *nodeRegistry) get(name string) (NodeEntry, bool, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n, ok := r.nodes[name]
-	return n, ok, r.known
-}
-
 func (r *nodeRegistry) isKnown() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
