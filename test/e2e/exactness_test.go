@@ -386,6 +386,7 @@ func TestHungConsulCostsABoundedDelay(t *testing.T) {
 	warm, warmKeys := svcSet(t, e, "warm", 1, 1, 49) // the node exists before anything hangs
 	wk, ws := keysOf(warmKeys, warm)
 	waitExact(t, consul.Client, e.node(), wk, ws, 20*time.Second, "the first Service")
+	goroutines := metricValue(scrape(t, d), "go_goroutines")
 	stuck, stuckKeys := svcSet(t, e, "stuck", 4, 2, 50)
 	wctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
@@ -411,8 +412,17 @@ func TestHungConsulCostsABoundedDelay(t *testing.T) {
 	proxy.Stall(nil)
 	want, set := keysOf(stuckKeys, stuck)
 	waitExact(t, consul.Client, e.node(), want, set, 45*time.Second, "the stuck Services once Consul answers")
-	t.Logf("FIGURES %s: %d transactions held by the proxy; other Services' changes landed within %s (request deadline %s, 2 write slots)",
-		t.Name(), held, worst.Round(time.Millisecond), timeout)
+	// Nothing the hung requests started is left: the goroutine count is
+	// back to what it was before they hung (8 more Services' workers aside).
+	var now float64
+	eventually(t, 10*time.Second, "goroutines back to the count before the hang", func() error {
+		if now = metricValue(scrape(t, d), "go_goroutines"); now > goroutines+8+4 {
+			return fmt.Errorf("%v goroutines, %v before the hang", now, goroutines)
+		}
+		return nil
+	})
+	t.Logf("FIGURES %s: %d transactions held by the proxy; other Services' changes landed within %s (request deadline %s, 2 write slots); goroutines %v before, %v after",
+		t.Name(), held, worst.Round(time.Millisecond), timeout, goroutines, now)
 	if worst > timeout+3*time.Second {
 		t.Fatalf("a free Service waited %s, more than the deadline plus 3s", worst)
 	}
