@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -68,10 +69,25 @@ type Claim struct {
 	done    chan struct{}
 	stopped chan struct{}
 
-	mu      sync.Mutex // serialises verify; guards the fields below
+	mu      sync.Mutex // serialises the claim's requests; guards session
 	session string
-	index   uint64 // ModifyIndex of the key when last seen naming this cluster
-	lost    string // why writing is refused; "" while the claim is ours
+	// state is what Op and Held read without waiting for a request in
+	// flight: the key's index when last seen naming this cluster, and why
+	// writing is refused ("" while the claim is ours).
+	state atomic.Pointer[claimState]
+}
+
+type claimState struct {
+	index uint64
+	lost  string
+}
+
+func (cl *Claim) setIndex(i uint64) { cl.state.Store(&claimState{index: i}) }
+
+func (cl *Claim) setLost(why string) {
+	st := *cl.state.Load()
+	st.lost = why
+	cl.state.Store(&st)
 }
 
 // ClaimOptions say what to claim.
@@ -112,6 +128,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log,
 		done: make(chan struct{}), stopped: make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
+	cl.state.Store(&claimState{})
 	if err := cl.newSession(ctx); err != nil {
 		return nil, err
 	}
@@ -149,7 +166,7 @@ func (cl *Claim) destroySession() {
 }
 
 // establish checks the key and takes the lock when it is free; on success
-// cl.index is the key's index naming this cluster. cl.mu is held.
+// the state holds the key's index naming this cluster. cl.mu is held.
 func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 	kv := cl.api.KV()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -180,12 +197,12 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 				continue // look again: what we wrote, or who changed it meanwhile
 			}
 			if pair.Session != "" && pair.Session != cl.session {
-				cl.index = pair.ModifyIndex
+				cl.setIndex(pair.ModifyIndex)
 				cl.log.Debug("Cluster id claimed by this Kubernetes cluster; another replica holds the lock", "key", cl.key, "holder", have.Holder)
 				return nil
 			}
 			if pair.Session == cl.session {
-				cl.index = pair.ModifyIndex
+				cl.setIndex(pair.ModifyIndex)
 				return nil
 			}
 		}
@@ -216,12 +233,11 @@ func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
 // Op is the guard op of every transaction: the claim key must still be at
 // the index last seen naming this cluster.
 func (cl *Claim) Op() (*api.TxnOp, error) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.lost != "" {
-		return nil, &ClaimLostError{Msg: cl.lost}
+	st := cl.state.Load()
+	if st.lost != "" {
+		return nil, &ClaimLostError{Msg: st.lost}
 	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: cl.index}}, nil
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index}}, nil
 }
 
 // Failed re-checks the claim after a transaction's guard op failed.
@@ -231,9 +247,8 @@ func (cl *Claim) Failed(ctx context.Context) error {
 
 // Held reports whether this process may write, and why not.
 func (cl *Claim) Held() (bool, string) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return cl.lost == "", cl.lost
+	st := cl.state.Load()
+	return st.lost == "", st.lost
 }
 
 // verify reads the claim and decides: still ours (index updated; the lock
@@ -245,26 +260,26 @@ func (cl *Claim) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	wasLost := cl.state.Load().lost != ""
 	if pair != nil {
 		var have ClaimValue
-		if json.Unmarshal(pair.Value, &have) == nil && have.KubeUID != cl.value.KubeUID {
-			msg := fmt.Sprintf("cluster id %q is now claimed in Consul (key %s) by Kubernetes cluster %s (holder %q, since %s); this is Kubernetes cluster %s: writing nothing, above all deleting nothing, until the claim is free again or names this cluster (two Kubernetes clusters under one --cluster-id delete each other's instances)",
-				cl.value.ClusterID, cl.key, have.KubeUID, have.Holder, have.ClaimedAt.Format(time.RFC3339), cl.value.KubeUID)
-			if cl.lost == "" {
-				cl.log.Error("Cluster-id claim lost to another Kubernetes cluster; every write stops", "key", cl.key, "kube_uid", have.KubeUID, "holder", have.Holder)
-			}
-			cl.lost = msg
-			return &ClaimLostError{Msg: msg}
+		if err := json.Unmarshal(pair.Value, &have); err != nil {
+			return cl.lose(fmt.Sprintf("cluster id %q: claim key %s holds %q, not a fleetsync claim: writing nothing until it is a claim of this Kubernetes cluster again or removed", cl.value.ClusterID, cl.key, truncate(string(pair.Value), 80)), "")
+		}
+		if have.KubeUID != cl.value.KubeUID {
+			return cl.lose(fmt.Sprintf("cluster id %q is now claimed in Consul (key %s) by Kubernetes cluster %s (holder %q, since %s); this is Kubernetes cluster %s: writing nothing, above all deleting nothing, until the claim is free again or names this cluster (two Kubernetes clusters under one --cluster-id delete each other's instances)",
+				cl.value.ClusterID, cl.key, have.KubeUID, have.Holder, have.ClaimedAt.Format(time.RFC3339), cl.value.KubeUID), have.KubeUID)
 		}
 	}
-	wasLost := cl.lost != ""
 	if pair == nil || pair.Session == "" {
 		// Free (Consul lost the key, or the lock was released): claim it
-		// again as at start, never taking another cluster's.
+		// again as at start, never taking another cluster's. Consul may
+		// have lost our session with the key: a lock with a dead session
+		// is refused (and costs a Raft apply), so make sure it lives.
+		cl.renewLocked(ctx)
 		if err := cl.establish(ctx, false); err != nil {
 			if errors.Is(err, ErrClaimedByOther) {
-				cl.lost = err.Error()
-				return &ClaimLostError{Msg: err.Error()}
+				return cl.lose(err.Error(), "")
 			}
 			return err
 		}
@@ -272,13 +287,21 @@ func (cl *Claim) verify(ctx context.Context) error {
 			cl.log.Warn("Cluster-id claim was gone from Consul (Consul lost its data?); claimed again", "key", cl.key)
 		}
 	} else {
-		cl.index = pair.ModifyIndex
+		cl.setIndex(pair.ModifyIndex)
 	}
 	if wasLost {
 		cl.log.Info("Cluster-id claim names this Kubernetes cluster again; writing resumes", "key", cl.key)
 	}
-	cl.lost = ""
 	return nil
+}
+
+// lose records why writing stops (logged once) and returns the error.
+func (cl *Claim) lose(msg, other string) error {
+	if cl.state.Load().lost == "" {
+		cl.log.Error("Cluster-id claim lost to another Kubernetes cluster; every write stops", "key", cl.key, "kube_uid", other, "why", msg)
+	}
+	cl.setLost(msg)
+	return &ClaimLostError{Msg: msg}
 }
 
 // keep renews the session, re-creates it when Consul lost it, and re-checks
@@ -312,6 +335,11 @@ func (cl *Claim) keep(interval time.Duration) {
 func (cl *Claim) renew(ctx context.Context) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	cl.renewLocked(ctx)
+}
+
+// renewLocked renews the session; cl.mu is held.
+func (cl *Claim) renewLocked(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
 	entry, _, err := cl.api.Session().Renew(cl.session, (&api.WriteOptions{}).WithContext(rctx))

@@ -101,9 +101,10 @@ func (c *Client) Committed(node string) uint64 {
 // Consul lost or rolled back its data, history starts again.
 func (c *Client) ResetCommitted() {
 	c.nodes.mu.Lock()
-	defer c.nodes.mu.Unlock()
 	c.nodes.high = nil
-	c.nodes.known = false
+	c.nodes.mu.Unlock()
+	c.nodes.forget()
+	c.unsure.Store(true) // the claim may be gone too: re-check it first
 }
 
 // NodeIndex returns the catalog index of one node: Consul raises it with
@@ -117,7 +118,7 @@ func (c *Client) NodeIndex(ctx context.Context, node string) (uint64, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{Filter: `ID == "" and ID != ""`}).WithContext(rctx)
+	q := (&api.QueryOptions{RequireConsistent: true, Filter: `ID == "" and ID != ""`}).WithContext(rctx)
 	_, meta, err := c.api.NodeServiceList(node, q)
 	if err != nil {
 		return 0, fmt.Errorf("read the index of node %s: %w", node, c.ctxErr(ctx, err))
@@ -139,7 +140,10 @@ func (c *Client) ReadNodes(ctx context.Context) (NodesView, error) {
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	first := c.owner.Node().Name
-	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
+	// Consistent: a leader that lost its leadership and does not know it
+	// yet must not answer with an older catalog (it would look like a
+	// rollback).
+	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
 	list, meta, err := c.api.CatalogNodes(q)
 	if err != nil {
 		return NodesView{}, fmt.Errorf("list the nodes named like %s: %w", first, c.ctxErr(ctx, err))
@@ -158,7 +162,7 @@ func (c *Client) ReadNodes(ctx context.Context) (NodesView, error) {
 		})
 	}
 	sort.Slice(view.Nodes, func(i, j int) bool { return view.Nodes[i].Name < view.Nodes[j].Name })
-	c.nodes.set(view.Nodes)
+	c.nodes.set(view.Nodes, view.Index)
 	return view, nil
 }
 
@@ -174,14 +178,26 @@ func (c *Client) markedNode(name string, meta map[string]string) bool {
 	return true
 }
 
-func (r *nodeRegistry) set(nodes []NodeEntry) {
+// set records a read of the nodes, answered at catalog index index. A
+// node one of our transactions wrote after that index (or at a higher
+// ModifyIndex) is kept as written: the read is older than the write.
+func (r *nodeRegistry) set(nodes []NodeEntry, index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.known = true
-	r.nodes = make(map[string]NodeEntry, len(nodes))
+	next := make(map[string]NodeEntry, len(nodes))
 	for _, n := range nodes {
-		r.nodes[n.Name] = n
+		next[n.Name] = n
 	}
+	for name, w := range r.nodes {
+		if !w.Ours {
+			continue
+		}
+		if n, ok := next[name]; (!ok && w.ModifyIndex > index) || (ok && w.ModifyIndex > n.ModifyIndex) {
+			next[name] = w
+		}
+	}
+	r.known = true
+	r.nodes = next
 }
 
 func (r *nodeRegistry) isKnown() bool {
@@ -200,12 +216,14 @@ func (r *nodeRegistry) written(name string, create, modify uint64, address strin
 	r.nodes[name] = NodeEntry{Name: name, Address: address, Meta: maps.Clone(meta), CreateIndex: create, ModifyIndex: modify, Ours: true}
 }
 
-// forget drops what is known of name (a node op on it failed), so the next
-// transaction reads the nodes again.
+// forget drops what is known of the nodes (a node op failed, or a request
+// got no answer), so the next transaction reads them again and trusts
+// that read.
 func (r *nodeRegistry) forget() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.known = false
+	r.nodes = nil
 }
 
 // nodeOps returns the node op of every node in names, reading the nodes
@@ -214,62 +232,68 @@ func (r *nodeRegistry) forget() {
 // once the transaction is over (and its results recorded), lets the next
 // one see it.
 func (c *Client) nodeOps(ctx context.Context, names []string) (ops api.TxnOps, done func(), err error) {
-	if !c.nodes.isKnown() {
-		if _, err := c.ReadNodes(ctx); err != nil {
-			return nil, nil, err
+	for {
+		if !c.nodes.isKnown() {
+			if _, err := c.ReadNodes(ctx); err != nil {
+				return nil, nil, err
+			}
 		}
+		entries, mine, wait := c.nodes.reserve(names)
+		if wait != nil {
+			// Another transaction creates one of these nodes: wait for
+			// it holding no reservation (two transactions never wait for
+			// each other), then look again.
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		done = func() { c.nodes.created(mine) }
+		ops = make(api.TxnOps, 0, len(names))
+		for i, name := range names {
+			n, exists := entries[i], entries[i].Name != ""
+			if exists && !n.Ours {
+				done()
+				return nil, nil, &ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
+			}
+			want := c.owner.NodeNamed(name)
+			ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
+				Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: n.ModifyIndex, // 0: create only if absent
+			}}})
+		}
+		return ops, done, nil
 	}
-	var mine []string // nodes this transaction creates
-	done = func() { c.nodes.created(mine) }
-	ops = make(api.TxnOps, 0, len(names))
-	for _, name := range names {
-		n, exists, err := c.nodes.await(ctx, name)
-		if err != nil {
-			done()
-			return nil, nil, err
-		}
-		if exists && !n.Ours {
-			done()
-			return nil, nil, &ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
-		}
-		want := c.owner.NodeNamed(name)
-		index := uint64(0)
-		if exists {
-			index = n.ModifyIndex
-		} else {
-			mine = append(mine, name)
-		}
-		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
-			Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: index,
-		}}})
-	}
-	return ops, done, nil
 }
 
-// await returns the node's entry once no other transaction is creating
-// it; when it is absent, the caller is now the one creating it.
-func (r *nodeRegistry) await(ctx context.Context, name string) (NodeEntry, bool, error) {
-	for {
-		r.mu.Lock()
-		n, exists := r.nodes[name]
-		wait, busy := r.creating[name]
-		if exists || !busy {
-			if !exists {
-				if r.creating == nil {
-					r.creating = map[string]chan struct{}{}
-				}
-				r.creating[name] = make(chan struct{})
-			}
-			r.mu.Unlock()
-			return n, exists, nil
+// reserve returns the entries of names (zero when absent) and reserves the
+// creation of the absent ones, all or none: when another transaction is
+// creating one of them, it reserves nothing and returns a channel closed
+// when that creation ends.
+func (r *nodeRegistry) reserve(names []string) (entries []NodeEntry, mine []string, wait <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	entries = make([]NodeEntry, len(names))
+	for i, name := range names {
+		if n, ok := r.nodes[name]; ok {
+			entries[i] = n
+			continue
 		}
-		r.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return NodeEntry{}, false, ctx.Err()
+		if ch, busy := r.creating[name]; busy {
+			return nil, nil, ch
 		}
 	}
+	for i, name := range names {
+		if entries[i].Name == "" {
+			if r.creating == nil {
+				r.creating = map[string]chan struct{}{}
+			}
+			r.creating[name] = make(chan struct{})
+			mine = append(mine, name)
+		}
+	}
+	return entries, mine, nil
 }
 
 // created ends the creations of names (committed or not).

@@ -450,7 +450,7 @@ func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
 		e.IDs = nil
 	}
 	if e.Guard {
-		e.Nodes = nil
+		e.Conflict = true // the claim key changed since it was read
 	}
 }
 

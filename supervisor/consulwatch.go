@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -156,18 +157,27 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			continue // unreachable: the health probe reports it
 		}
 		s.foreignNodes(view.Foreign(), reported)
-		found := d.checkNodes(view)
-		for _, node := range d.due() {
-			idx, err := nw.NodeIndex(ctx, node)
-			if err != nil {
-				break
-			}
-			found = append(found, d.checkIndex(node, idx, nw.Committed(node))...)
-		}
-		if len(found) > 0 {
+		if found := checkConsul(ctx, nw, &d, view); len(found) > 0 {
 			s.dataLost(nw, &d, found)
 		}
 	}
+}
+
+// checkConsul is one check of a node read: the nodes, then the indexes of
+// the nodes due.
+func checkConsul(ctx context.Context, nw NodeWatcher, d *lossDetector, view consul.NodesView) []finding {
+	found := d.checkNodes(view)
+	for _, node := range d.due() {
+		// The committed floor first: a write committing between the two
+		// reads then only raises the index, never the floor.
+		committed := nw.Committed(node)
+		idx, err := nw.NodeIndex(ctx, node)
+		if err != nil {
+			break
+		}
+		found = append(found, d.checkIndex(node, idx, committed)...)
+	}
+	return found
 }
 
 // lossSeen is a worker's report that Consul lost entries it wrote.
@@ -204,7 +214,9 @@ func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]
 	for _, n := range nodes {
 		now[n.Name] = true
 		err := &consul.ForeignNodeError{Node: n.Name, Address: n.Address, Meta: n.Meta}
-		s.problems["node/"+n.Name] = err.Error()
+		if s.nodeInUse(n.Name) {
+			s.problems["node/"+n.Name] = err.Error()
+		}
 		if !reported[n.Name] {
 			s.log.Error("A node named like ours is someone else's; nothing is written onto it", "node", n.Name, "address", n.Address, "meta", n.Meta)
 		}
@@ -219,6 +231,17 @@ func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]
 	for name := range now {
 		reported[name] = true
 	}
+}
+
+// nodeInUse reports whether instances are placed on node with the current
+// --consul-nodes (a look-alike beyond them blocks nothing).
+func (s *Supervisor) nodeInUse(node string) bool {
+	c := s.opts.Worker.Cluster
+	if node == c.NodeName() {
+		return true
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(node, c.NodeName()+"."))
+	return err == nil && n < c.Nodes()
 }
 
 // Problems returns what keeps the fleet from syncing every Service (a

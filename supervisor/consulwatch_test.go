@@ -198,6 +198,7 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Worker.Cluster, _ = s.opts.Worker.Cluster.WithNodes(4) // k8s-test.3 is in use
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	nodeRead := func() {
@@ -241,6 +242,15 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	store.set(nodeView(ours("k8s-test", 9)), 12)
 	check()
 	f.waitFor(t, "the problem cleared", func() bool { return len(f.sup.Problems()) == 0 })
+
+	// A look-alike beyond the nodes in use blocks nothing: counted, not a
+	// readiness problem.
+	store.set(nodeView(ours("k8s-test", 9), consul.NodeEntry{Name: "k8s-test.7", Address: "10.9.9.7"}), 12)
+	check()
+	f.waitFor(t, "the unused look-alike counted", func() bool { _, n := hooks.got(); return n == 1 })
+	if p := f.sup.Problems(); len(p) != 0 {
+		t.Fatalf("a look-alike node no Service is placed on fails readiness: %v", p)
+	}
 }
 
 // listingWatcher creates a Service right after every listing of the cache:
@@ -286,5 +296,35 @@ func TestServiceAddedWhileBootstrapListsIsSynced(t *testing.T) {
 	lw.mu.Unlock()
 	for _, key := range added {
 		f.waitFor(t, "Service "+key.String()+" synced", func() bool { return store.count(cluster.IDPrefix(key.Namespace, key.Name)) == 1 })
+	}
+}
+
+// committingStore commits a write on the node while its index is read:
+// Consul answers the index from before the write, the write's result is
+// recorded before the read returns.
+type committingStore struct {
+	index, committed uint64
+}
+
+func (c *committingStore) ReadNodes(context.Context) (consul.NodesView, error) { return consul.NodesView{}, nil }
+func (c *committingStore) NodeIndex(context.Context, string) (uint64, error) {
+	before := c.index
+	c.index += 5
+	c.committed = c.index
+	return before, nil
+}
+func (c *committingStore) Committed(string) uint64 { return c.committed }
+func (c *committingStore) ResetCommitted()         {}
+
+// TestWriteDuringTheIndexReadIsNoLoss: a write committing while the node
+// index is read is no sign of a rollback.
+func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
+	store := &committingStore{index: 100, committed: 100}
+	var d lossDetector
+	view := nodeView(ours("k8s-a", 5))
+	for i := range 5 {
+		if found := checkConsul(t.Context(), store, &d, view); len(found) != 0 {
+			t.Fatalf("check %d: %v with only our own writes landing", i, found)
+		}
 	}
 }

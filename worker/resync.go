@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -49,6 +50,14 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	names := w.knownNames()
 	if len(names) == 0 {
 		return false, nil
+	}
+	// Someone else's entry under one of our IDs with another Consul name
+	// is not in these reads: read by ID prefix instead, or the pass would
+	// forget it and try (and fail) to create that ID again.
+	for _, f := range w.foreign {
+		if !slices.Contains(names, f.Name) {
+			return false, nil
+		}
 	}
 	var entries []consul.Registered
 	for _, name := range names {

@@ -379,7 +379,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			if rerr := w.readOwned(ctx); rerr != nil {
 				return res, rerr
 			}
-			if why := lossEvidence(held, w.owned); why != "" && w.opts.OnLoss != nil {
+			if why := lossEvidence(held, w.owned, w.foreign); why != "" && w.opts.OnLoss != nil {
 				w.log.Warn("Consul lost or rolled back entries this worker wrote; asking the fleet to look", "evidence", why)
 				w.opts.OnLoss(fmt.Sprintf("service %s: %s", w.opts.Key, why))
 			}
@@ -424,8 +424,19 @@ func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) 
 	return ch, nil
 }
 
-// nodeOf names the Consul node an instance of this cluster belongs on.
-func (w *Worker) nodeOf(id string) string { return w.opts.Config.Cluster.NodeNameFor(id) }
+// nodeOf names the Consul node an instance of this cluster belongs on. An
+// instance of ours stays where it is when someone else's entry holds its
+// ID on the node it would move to (the create there would fail every
+// flush of the Service).
+func (w *Worker) nodeOf(id string) string {
+	home := w.opts.Config.Cluster.NodeNameFor(id)
+	if f, taken := w.foreign[id]; taken && f.Node == home {
+		if have, ours := w.owned[id]; ours {
+			return have.Node
+		}
+	}
+	return home
+}
 
 func (w *Worker) selected() bool {
 	_, sel := w.opts.Lookup()
@@ -497,10 +508,13 @@ func (w *Worker) readOwned(ctx context.Context) error {
 // lossEvidence compares the entries a worker held with a fresh read: an
 // entry now older than written, or gone, was lost by Consul (or deleted by
 // someone: either way every worker should look). "" when there is none.
-func lossEvidence(held, now map[string]consul.Registered) string {
+func lossEvidence(held, now, foreign map[string]consul.Registered) string {
 	older, gone := 0, 0
 	example := ""
 	for id, h := range held {
+		if _, taken := foreign[id]; taken {
+			continue // re-registered by someone else: not a loss
+		}
 		n, ok := now[id]
 		switch {
 		case !ok:
