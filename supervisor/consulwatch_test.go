@@ -306,7 +306,9 @@ type committingStore struct {
 	index, committed uint64
 }
 
-func (c *committingStore) ReadNodes(context.Context) (consul.NodesView, error) { return consul.NodesView{}, nil }
+func (c *committingStore) ReadNodes(context.Context) (consul.NodesView, error) {
+	return consul.NodesView{}, nil
+}
 func (c *committingStore) NodeIndex(context.Context, string) (uint64, error) {
 	before := c.index
 	c.index += 5
