@@ -169,7 +169,15 @@ func (c *Client) reqCtx(ctx context.Context) (context.Context, context.CancelFun
 
 // ctxErr explains a request that failed because its own deadline passed
 // (the caller's context still live).
+//
+// Any failed request (the caller's context still live) also makes the next
+// transaction read the nodes and re-check the guard first: Consul may be
+// back without its data, and a transaction on what it held would fail.
 func (c *Client) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		c.unsure.Store(true)
+		c.nodes.forget()
+	}
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer from Consul within %s (--consul-request-timeout): %w", c.opts.RequestTimeout, err)
 	}

@@ -97,6 +97,19 @@ func (c *Client) Committed(node string) uint64 {
 	return c.nodes.high[node]
 }
 
+// CommittedNodes names the nodes a committed transaction wrote an entry
+// on since the start or the last ResetCommitted, sorted.
+func (c *Client) CommittedNodes() []string {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	out := make([]string, 0, len(c.nodes.high))
+	for n := range c.nodes.high {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // ResetCommitted forgets the committed indexes and the nodes known: after
 // Consul lost or rolled back its data, history starts again.
 func (c *Client) ResetCommitted() {
@@ -118,7 +131,7 @@ func (c *Client) NodeIndex(ctx context.Context, node string) (uint64, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{RequireConsistent: true, Filter: `ID == "" and ID != ""`}).WithContext(rctx)
+	q := (&api.QueryOptions{Filter: `ID == "" and ID != ""`}).WithContext(rctx)
 	_, meta, err := c.api.NodeServiceList(node, q)
 	if err != nil {
 		return 0, fmt.Errorf("read the index of node %s: %w", node, c.ctxErr(ctx, err))
@@ -140,10 +153,7 @@ func (c *Client) ReadNodes(ctx context.Context) (NodesView, error) {
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	first := c.owner.Node().Name
-	// Consistent: a leader that lost its leadership and does not know it
-	// yet must not answer with an older catalog (it would look like a
-	// rollback).
-	q := (&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
+	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
 	list, meta, err := c.api.CatalogNodes(q)
 	if err != nil {
 		return NodesView{}, fmt.Errorf("list the nodes named like %s: %w", first, c.ctxErr(ctx, err))

@@ -21,6 +21,9 @@ type NodeWatcher interface {
 	// Committed is the highest index a committed write returned for an
 	// entry on node.
 	Committed(node string) uint64
+	// CommittedNodes names the nodes with a committed write since the
+	// start or the last ResetCommitted.
+	CommittedNodes() []string
 	// ResetCommitted forgets the committed indexes (history restarted).
 	ResetCommitted()
 }
@@ -59,7 +62,7 @@ type finding struct{ signal, detail string }
 
 // nodes checks a fresh node list against the last one; it returns the
 // findings and records the list.
-func (d *lossDetector) checkNodes(view consul.NodesView) []finding {
+func (d *lossDetector) checkNodes(view consul.NodesView, written ...string) []finding {
 	var out []finding
 	now := map[string]consul.NodeEntry{}
 	for _, n := range view.Nodes {
@@ -71,10 +74,22 @@ func (d *lossDetector) checkNodes(view consul.NodesView) []finding {
 			out = append(out, finding{SignalNodeRecreated, fmt.Sprintf("node %s was created again (create index %d, was %d)", n.Name, n.CreateIndex, prev.CreateIndex)})
 		}
 	}
+	gone := map[string]bool{}
 	for name := range d.nodes {
+		gone[name] = true
+	}
+	for _, name := range written {
+		gone[name] = true
+	}
+	names := make([]string, 0, len(gone))
+	for name := range gone {
 		if _, ok := now[name]; !ok {
-			out = append(out, finding{SignalNodeVanished, fmt.Sprintf("node %s is gone", name)})
+			names = append(names, name)
 		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		out = append(out, finding{SignalNodeVanished, fmt.Sprintf("node %s is gone", name)})
 	}
 	d.nodes = now
 	return out
@@ -152,12 +167,19 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			s.dataLost(nw, &d, []finding{{SignalWorker, evidence}})
 			continue
 		}
+		// The nodes our writes committed to, taken before the read: the
+		// read cannot miss one of them unless Consul lost it (even one
+		// created and lost between two checks).
+		written := nw.CommittedNodes()
 		view, err := nw.ReadNodes(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Debug("Cannot read the cluster's Consul nodes", "error", err)
+			}
 			continue // unreachable: the health probe reports it
 		}
 		s.foreignNodes(view.Foreign(), reported)
-		if found := checkConsul(ctx, nw, &d, view); len(found) > 0 {
+		if found := checkConsul(ctx, nw, &d, view, written); len(found) > 0 {
 			s.dataLost(nw, &d, found)
 		}
 	}
@@ -165,8 +187,8 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 
 // checkConsul is one check of a node read: the nodes, then the indexes of
 // the nodes due.
-func checkConsul(ctx context.Context, nw NodeWatcher, d *lossDetector, view consul.NodesView) []finding {
-	found := d.checkNodes(view)
+func checkConsul(ctx context.Context, nw NodeWatcher, d *lossDetector, view consul.NodesView, written []string) []finding {
+	found := d.checkNodes(view, written...)
 	for _, node := range d.due() {
 		// The committed floor first: a write committing between the two
 		// reads then only raises the index, never the floor.

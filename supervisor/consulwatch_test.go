@@ -64,6 +64,10 @@ func TestLossDetector(t *testing.T) {
 			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
 			{nodeView(ours("k8s-a", 5), consul.NodeEntry{Name: "k8s-a.1", CreateIndex: 50}), map[string]uint64{"k8s-a": 40}, nil},
 		}, nil},
+		{"created and lost between two checks", []read{
+			{nodeView(), nil, nil},
+			{nodeView(), nil, map[string]uint64{"k8s-a": 18}},
+		}, []string{SignalNodeVanished}},
 		{"second node appears", []read{
 			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
 			{nodeView(ours("k8s-a", 5), ours("k8s-a.1", 60)), map[string]uint64{"k8s-a": 40, "k8s-a.1": 61}, map[string]uint64{"k8s-a.1": 61}},
@@ -74,7 +78,11 @@ func TestLossDetector(t *testing.T) {
 			var got []string
 			for _, r := range tc.reads {
 				got = nil
-				for _, f := range d.checkNodes(r.view) {
+				var written []string
+				for n := range r.committed {
+					written = append(written, n)
+				}
+				for _, f := range d.checkNodes(r.view, written...) {
 					got = append(got, f.signal)
 				}
 				for _, n := range d.due() {
@@ -141,8 +149,9 @@ func (s *watchStore) NodeIndex(context.Context, string) (uint64, error) {
 	return s.index, nil
 }
 
-func (s *watchStore) Committed(string) uint64 { return 0 }
-func (s *watchStore) ResetCommitted()         {}
+func (s *watchStore) Committed(string) uint64  { return 0 }
+func (s *watchStore) CommittedNodes() []string { return nil }
+func (s *watchStore) ResetCommitted()          {}
 
 func (s *watchStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
 	s.mu.Lock()
@@ -315,8 +324,9 @@ func (c *committingStore) NodeIndex(context.Context, string) (uint64, error) {
 	c.committed = c.index
 	return before, nil
 }
-func (c *committingStore) Committed(string) uint64 { return c.committed }
-func (c *committingStore) ResetCommitted()         {}
+func (c *committingStore) Committed(string) uint64  { return c.committed }
+func (c *committingStore) CommittedNodes() []string { return nil }
+func (c *committingStore) ResetCommitted()          {}
 
 // TestWriteDuringTheIndexReadIsNoLoss: a write committing while the node
 // index is read is no sign of a rollback.
@@ -325,7 +335,7 @@ func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
 	var d lossDetector
 	view := nodeView(ours("k8s-a", 5))
 	for i := range 5 {
-		if found := checkConsul(t.Context(), store, &d, view); len(found) != 0 {
+		if found := checkConsul(t.Context(), store, &d, view, nil); len(found) != 0 {
 			t.Fatalf("check %d: %v with only our own writes landing", i, found)
 		}
 	}

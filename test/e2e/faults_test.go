@@ -193,7 +193,12 @@ func TestConsulRestartsEmpty(t *testing.T) {
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=1s"}})
 	must(t, err)
-	t.Cleanup(func() { d.CloseT(t) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
+		}
+		d.CloseT(t)
+	})
 	e.waitCount(own.Client, len(keys), 15*time.Second)
 
 	start := time.Now()
