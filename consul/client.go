@@ -118,7 +118,6 @@ type Client struct {
 	opts  Options
 	reads *semaphore.Weighted // bounds concurrent reads (Options.MaxReads)
 	nodes nodeRegistry
-	high  atomic.Uint64 // highest index seen in a transaction result
 	guard atomic.Pointer[guardHolder]
 	// unsure is set when a transaction got no answer, cleared when one
 	// commits: until then each transaction re-checks the guard first.
@@ -144,23 +143,6 @@ func (c *Client) currentGuard() Guard {
 	return nil
 }
 
-// HighIndex returns the highest ModifyIndex any committed transaction
-// returned: Consul's catalog index cannot be below it unless Consul lost
-// or rolled back data.
-func (c *Client) HighIndex() uint64 { return c.high.Load() }
-
-func (c *Client) sawIndex(i uint64) {
-	for {
-		h := c.high.Load()
-		if i <= h || c.high.CompareAndSwap(h, i) {
-			return
-		}
-	}
-}
-
-// ResetHighIndex forgets the high-water mark (after Consul was seen to lose
-// or roll back its data: the new history starts lower).
-func (c *Client) ResetHighIndex(to uint64) { c.high.Store(to) }
 
 // reqCtx bounds one request by Options.RequestTimeout.
 func (c *Client) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -361,9 +343,3 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 	return out, nil
 }
 
-// NodeExists reports whether any of the owner's nodes is in the catalog.
-// All of them vanishing while we have instances means Consul lost its data.
-func (c *Client) NodeExists(ctx context.Context) (bool, error) {
-	nodes, err := c.Nodes(ctx)
-	return len(nodes) > 0, err
-}

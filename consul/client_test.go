@@ -222,8 +222,8 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Node != "k8s-spreadtest.1" || got[0].Check.Status != StatusCritical {
 		t.Fatalf("after the update and 9 deletes: %+v, %v", got, err)
 	}
-	if ok, err := c.NodeExists(ctx); !ok || err != nil {
-		t.Fatalf("NodeExists = %t, %v", ok, err)
+	if view, err := c.ReadNodes(ctx); err != nil || len(view.Nodes) != 2 || len(view.Foreign()) != 0 {
+		t.Fatalf("ReadNodes = %+v, %v; want our two nodes", view, err)
 	}
 
 	// A move: an instance written on the first node (one node then) that

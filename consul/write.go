@@ -316,7 +316,6 @@ func (c *Client) recordNodes(resp *api.TxnResponse) {
 	for _, r := range resp.Results {
 		if r.Node != nil {
 			c.nodes.written(r.Node.Node, r.Node.CreateIndex, r.Node.ModifyIndex, r.Node.Address, r.Node.Meta)
-			c.sawIndex(r.Node.ModifyIndex)
 		}
 	}
 }
@@ -332,10 +331,8 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			switch {
 			case r.Service != nil:
 				svcIndex[r.Service.ID] = r.Service.ModifyIndex
-				c.sawIndex(r.Service.ModifyIndex)
 			case r.Check != nil:
 				checkIndex[r.Check.CheckID] = r.Check.ModifyIndex
-				c.sawIndex(r.Check.ModifyIndex)
 			}
 		}
 	}
