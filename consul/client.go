@@ -143,7 +143,6 @@ func (c *Client) currentGuard() Guard {
 	return nil
 }
 
-
 // reqCtx bounds one request by Options.RequestTimeout.
 func (c *Client) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -342,4 +341,3 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 	}
 	return out, nil
 }
-
