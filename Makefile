@@ -17,7 +17,7 @@ TEST_TIMEOUT ?= 30m
 PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: help build test test-unit tools lint demo bench clean
+.PHONY: help build test test-unit tools lint demo bench soak clean
 
 help: ## List the targets (this message).
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,6 +46,12 @@ demo: ## Run the demo (test/demo) against a local stack.
 
 bench: ## Run the benchmark harness (test/bench).
 	$(GO) run ./test/bench
+
+# Flags of the soak, e.g. make soak SOAK='--quick' or SOAK='--duration 30m --seed 42'.
+SOAK ?=
+soak: tools ## Fault-injecting soak (test/soak) on a real 3-server Consul with an invariant checker; SOAK='--quick' for 2 minutes.
+	bin="$$(bash test/tools/build.sh $(STACK_TOOLS) 2>/dev/null)"; \
+		FLEETSYNC_TOOLS_BIN="$$bin" $(GO) run ./test/soak $(SOAK)
 
 clean: ## Remove build outputs (bin/) and the Go test cache; the tool cache stays.
 	rm -rf bin

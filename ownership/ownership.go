@@ -188,7 +188,7 @@ func (c Cluster) Owns(r consul.Registered) error {
 	if !c.IsNode(r.Node) {
 		return fmt.Errorf("instance %q is on node %q, not on a node of cluster %q (%s or %s.<n>)", r.ID, r.Node, c.id, c.NodeName(), c.NodeName())
 	}
-	if err := c.Stamped(r.Instance); err != nil {
+	if err := c.Stamped(r.Instance); err != nil && !brokenMark {
 		return fmt.Errorf("entry not owned: %w", err)
 	}
 	return nil

@@ -207,3 +207,55 @@ func TestRetryAfterUnreachableRereads(t *testing.T) {
 		t.Error("the retry did not re-read Consul")
 	}
 }
+
+// TestBlockedInstanceRegisteredOnceTheForeignEntryIsGone: while someone
+// else's entry holds one of its IDs, the worker reads its entries again
+// every BlockedRecheck; once the entry is gone, the instance is
+// registered then, not at the next anti-entropy pass (found by the soak:
+// such an instance stayed missing until the periodic pass, minutes).
+func TestBlockedInstanceRegisteredOnceTheForeignEntryIsGone(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB}), func(h *harness, o *Options) { o.BlockedRecheck = 5 * time.Second })
+	h.start()
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+	tampered := h.store.instances()[0]
+	h.store.edit(tampered.ID, func(r *consul.Registered) {
+		r.Tags = []string{"theirs"}
+		r.Meta = map[string]string{"owner": "someone"}
+	})
+	// A change of every instance finds the tampered entry (CAS conflict,
+	// re-read) and leaves its instance out.
+	h.clk.Step(W)
+	h.notify(tags("v2"))
+	h.apply()
+	other := h.store.instances()[1]
+	wantChange(t, h.apply(), "~"+other.Address+":8080[k8s v2 east]")
+	if f := h.flush(); f.Err != nil || !f.Wrote {
+		t.Fatalf("flush: %+v", f)
+	}
+	if st := h.w.Status(); st.Blocked != 1 {
+		t.Fatalf("status says %d blocked, want 1", st.Blocked)
+	}
+	// Still there at the first recheck: a read, nothing written.
+	h.awaitTimer()
+	_, readsBefore := h.store.counts()
+	h.clk.Step(5 * time.Second)
+	if f := h.flush(); f.Err != nil || f.Wrote {
+		t.Fatalf("recheck with the entry still there: %+v", f)
+	}
+	if _, reads := h.store.counts(); reads <= readsBefore {
+		t.Fatal("the recheck did not read Consul")
+	}
+	// Gone: the next recheck registers ours, and nothing else happens.
+	h.store.remove(tampered.ID)
+	h.awaitTimer()
+	h.clk.Step(5 * time.Second)
+	h.wrote("+" + tampered.Address + ":8080")
+	if st := h.w.Status(); st.Blocked != 0 {
+		t.Fatalf("status still says %d blocked", st.Blocked)
+	}
+	// Nothing blocked: no recheck timer runs any more.
+	h.until("went idle", func() bool { return h.w.Status().State == StateIdle })
+	if h.clk.HasWaiters() {
+		t.Fatal("a timer still runs with nothing blocked and nothing pending")
+	}
+}

@@ -41,6 +41,9 @@ const (
 	ReasonEndpointSkipped   = "EndpointSkipped"
 )
 
+// DefaultBlockedRecheck is Options.BlockedRecheck's default.
+const DefaultBlockedRecheck = 5 * time.Second
+
 // Options build a Worker. Key, Config, Lookup and Store are required.
 type Options struct {
 	Key      k8s.Key
@@ -64,6 +67,12 @@ type Options struct {
 	DrainTimeout time.Duration
 	// ResyncPeriod is the anti-entropy period (0: none; see Resync).
 	ResyncPeriod time.Duration
+	// BlockedRecheck is how often a worker some of whose desired
+	// instances are blocked (someone else's entry holds their ID) reads
+	// its entries again, so that an instance is registered soon after the
+	// foreign entry is gone, not at the next anti-entropy pass (default
+	// DefaultBlockedRecheck; negative: never).
+	BlockedRecheck time.Duration
 	// OnLoss, when set, is told when a CAS conflict's re-read shows that
 	// entries this worker wrote are gone or older than written: Consul
 	// lost or rolled back data, so every other worker should look too.
@@ -92,6 +101,7 @@ type Worker struct {
 	owned       map[string]consul.Registered
 	ownedKnown  bool
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
+	blockedNow  int                          // desired instances the last sync left out for them
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
@@ -113,6 +123,9 @@ func New(opts Options) *Worker {
 	}
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
+	}
+	if opts.BlockedRecheck == 0 {
+		opts.BlockedRecheck = DefaultBlockedRecheck
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 200 * time.Millisecond
@@ -173,6 +186,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	waited := false // the pending flush waited out a window or a backoff
 	var resyncC <-chan time.Time
+	var blockedT clock.Timer // runs while instances are blocked
+	defer func() {
+		if blockedT != nil {
+			blockedT.Stop()
+		}
+	}()
 	if w.opts.ResyncPeriod > 0 {
 		rt := w.clock.NewTimer(firstResync(w.opts.ResyncPeriod))
 		defer func() { rt.Stop() }()
@@ -193,6 +212,13 @@ func (w *Worker) Run(ctx context.Context) error {
 				if done := w.flush(ctx, &s); done {
 					return ErrFinished
 				}
+				switch blocked := w.blockedNow > 0 && w.opts.BlockedRecheck > 0; {
+				case blocked && blockedT == nil:
+					blockedT = w.clock.NewTimer(w.opts.BlockedRecheck)
+				case !blocked && blockedT != nil:
+					blockedT.Stop()
+					blockedT = nil
+				}
 				continue
 			}
 			if timer == nil {
@@ -202,6 +228,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.setState(s.state())
 		} else {
 			w.setState(StateIdle)
+		}
+		var blockedC <-chan time.Time
+		if blockedT != nil {
+			blockedC = blockedT.C()
 		}
 		select {
 		case <-ctx.Done():
@@ -217,6 +247,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.resyncDue, s.dirty = true, true
 		case <-w.resync:
 			w.resyncDue, s.dirty = true, true
+		case <-blockedC:
+			// Read the entries again: if the foreign entry is gone, the
+			// blocked instance is registered by this flush.
+			blockedT = nil
+			w.ownedKnown, s.dirty = false, true
 		}
 	}
 }
@@ -273,6 +308,9 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	s.dirty = false
 	w.setState(StateFlushing)
 	res, err := w.sync(ctx, s)
+	if err == nil && !res.invalid {
+		w.blockedNow = res.blocked
+	}
 	now := w.clock.Now()
 	if err != nil || res.applied.Txns > 0 {
 		// Only a write (or a failed attempt) opens a window: a look that

@@ -1,0 +1,593 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetsync/fleetsync/worker"
+)
+
+// key is one instance as the checker compares them: which cluster's, the
+// Consul service name, address and port. IDs and nodes are fleetsync's
+// business; what Consul answers a query with is this.
+type key struct {
+	Cluster, Name, Addr string
+	Port                int
+}
+
+func (k key) String() string { return fmt.Sprintf("%s/%s@%s:%d", k.Cluster, k.Name, k.Addr, k.Port) }
+
+// entry is one service instance read from Consul.
+type entry struct {
+	Node, ID    string
+	ModifyIndex uint64
+	Marked      string // the cluster whose full ownership mark it carries, or ""
+	Key         key    // Cluster is Marked
+}
+
+// planted is an entry the soak wrote itself and that fleetsync must never
+// modify or delete: a look-alike node and its service, a VM's instances of
+// the same service names, a tampered copy of one of fleetsync's entries.
+type planted struct {
+	What        string
+	Node, ID    string // ID "" for a node record
+	ModifyIndex uint64
+	Fault       int // the fault record that planted it (-1: planted at start)
+	Removed     bool
+	reg         *consulapi.CatalogRegistration // how it was written
+}
+
+// violation is one broken invariant.
+type violation struct {
+	At     float64 `json:"at_s"`
+	Rule   string  `json:"rule"`
+	Fault  string  `json:"fault"`
+	Object string  `json:"object"`
+	Detail string  `json:"detail"`
+}
+
+// faultRec is one injected fault: kind, when, and (for tamper) the one
+// instance it concerns.
+type faultRec struct {
+	Kind   string    `json:"kind"`
+	Start  time.Time `json:"-"`
+	End    time.Time `json:"-"` // zero while active
+	Scope  *key      `json:"-"`
+	Detail string    `json:"detail,omitempty"`
+	StartS float64   `json:"start_s"`
+	EndS   float64   `json:"end_s"`
+}
+
+// streak is an instance continuously missing (or extra) since Start.
+type streak struct {
+	Start    time.Time
+	Reported bool
+}
+
+// point is one sample of the timeline.
+type point struct {
+	T       float64 `json:"t_s"`
+	Missing int     `json:"missing"`
+	Extra   int     `json:"extra"`
+	Desired int     `json:"desired"`
+	Txns    int64   `json:"txns"`
+	OK      bool    `json:"read_ok"`
+}
+
+// gapStat is the worst missing or extra time seen, per fault type.
+type gapStat struct {
+	Worst  float64 `json:"worst_s"`
+	Object string  `json:"object"`
+	Count  int     `json:"streaks"`
+}
+
+// checker holds the invariants. It reads Kubernetes and Consul itself on
+// every sample, never fleetsync's view (only /debug/workers, for the
+// one-replica-per-Service rule).
+type checker struct {
+	w     *world
+	start time.Time
+	bound time.Duration
+
+	mu          sync.Mutex
+	faults      []*faultRec
+	planted     []*planted
+	plantGen    int // bumped when planted entries are re-based (snapshot restore)
+	desiredAt   map[key]time.Time
+	missing     map[key]*streak
+	extra       map[key]*streak
+	dual        map[string]int // Service key -> consecutive samples held by two replicas
+	gaps        map[string]*gapStat
+	extraGaps   map[string]*gapStat
+	violations  []violation
+	timeline    []point
+	last        *reading
+	samples     int
+	failedReads int
+	exactSince  time.Time // zero unless the last sample was exact
+}
+
+// reading is one sample: what Kubernetes wants and what Consul has.
+type reading struct {
+	At      time.Time
+	Desired map[key]bool
+	Present map[key][]entry
+	Entries map[string]entry // node + "/" + ID -> entry, every node read
+	Nodes   map[string]uint64
+}
+
+func newChecker(w *world, bound time.Duration) *checker {
+	return &checker{w: w, start: w.start, bound: bound, desiredAt: map[key]time.Time{}, missing: map[key]*streak{},
+		extra: map[key]*streak{}, dual: map[string]int{}, gaps: map[string]*gapStat{}, extraGaps: map[string]*gapStat{}}
+}
+
+func (c *checker) since(t time.Time) float64 { return t.Sub(c.start).Seconds() }
+
+// faultStart records a fault as active; faultEnd as healed.
+func (c *checker) faultStart(kind, detail string, scope *key) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.faults = append(c.faults, &faultRec{Kind: kind, Start: now, Scope: scope, Detail: detail, StartS: c.since(now)})
+	c.w.logf("fault %s: %s %s", kind, "injected", detail)
+	return len(c.faults) - 1
+}
+
+func (c *checker) faultEnd(id int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	f := c.faults[id]
+	f.End, f.EndS = now, c.since(now)
+	c.w.logf("fault %s: healed after %.1fs", f.Kind, now.Sub(f.Start).Seconds())
+}
+
+func (c *checker) violate(at time.Time, rule, fault, object, format string, args ...any) {
+	v := violation{At: c.since(at), Rule: rule, Fault: fault, Object: object, Detail: fmt.Sprintf(format, args...)}
+	c.violations = append(c.violations, v)
+	c.w.logf("VIOLATION %s at %.1fs (fault %s) %s: %s", v.Rule, v.At, v.Fault, v.Object, v.Detail)
+}
+
+// excuse returns the faults that overlap [from, to] and concern k, and
+// until when they excuse a missing or extra k (the latest heal; far future
+// while one is active).
+//
+// The kinds also name faults healed less than recentlyHealed before from:
+// a client still backing off after a fault (an informer relisting after
+// the apiserver came back) delays what follows it. They excuse nothing.
+func (c *checker) excuse(k key, from, to time.Time) (kinds []string, until time.Time) {
+	for _, f := range c.faults {
+		if f.Scope != nil && *f.Scope != k {
+			continue
+		}
+		if f.Start.After(to) || (!f.End.IsZero() && f.End.Before(from.Add(-recentlyHealed))) {
+			continue
+		}
+		if !slices.Contains(kinds, f.Kind) {
+			kinds = append(kinds, f.Kind)
+		}
+		if !f.End.IsZero() && f.End.Before(from) {
+			continue
+		}
+		end := f.End
+		if end.IsZero() {
+			end = to.Add(time.Hour)
+		}
+		if end.After(until) {
+			until = end
+		}
+	}
+	sort.Strings(kinds)
+	return kinds, until
+}
+
+// plant records an entry the soak wrote, read back for its ModifyIndex.
+func (c *checker) plant(p *planted) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.planted = append(c.planted, p)
+}
+
+// unplant marks the planted entries of fault id as removed by the soak.
+func (c *checker) unplant(id int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.planted {
+		if p.Fault == id {
+			p.Removed = true
+		}
+	}
+}
+
+// isPlanted reports whether node/id is a planted entry still held.
+func (c *checker) isPlanted(node, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.planted {
+		if p.Node == node && p.ID == id && !p.Removed {
+			return true
+		}
+	}
+	return false
+}
+
+// recentlyHealed: see excuse.
+const recentlyHealed = 10 * time.Second
+
+var nodeNumber = regexp.MustCompile(`^\.[0-9]+$`)
+
+// clusterOfNode names the soak cluster whose synthetic node name is, or "".
+func (c *checker) clusterOfNode(node string) string {
+	for _, cl := range c.w.clusters {
+		base := "k8s-" + cl.id
+		if node == base || (strings.HasPrefix(node, base) && nodeNumber.MatchString(node[len(base):])) {
+			return cl.id
+		}
+	}
+	return ""
+}
+
+// markOf returns the cluster whose full ownership mark s carries, or "".
+func markOf(s *consulapi.AgentService) string {
+	id := s.Meta["k8s-cluster"]
+	if id == "" || s.Meta["external-source"] != "kubernetes" || !slices.Contains(s.Tags, id) {
+		return ""
+	}
+	return id
+}
+
+// read takes one sample.
+func (c *checker) read(ctx context.Context) (*reading, error) {
+	r := &reading{At: time.Now(), Desired: map[key]bool{}, Present: map[key][]entry{}, Entries: map[string]entry{}, Nodes: map[string]uint64{}}
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, cl := range c.w.clusters {
+		svcs, err := c.w.kube.Client.CoreV1().Services(cl.ns).List(kctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list Services %s: %w", cl.ns, err)
+		}
+		sl, err := c.w.kube.Client.DiscoveryV1().EndpointSlices(cl.ns).List(kctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list EndpointSlices %s: %w", cl.ns, err)
+		}
+		bySvc := map[string][]*discoveryv1.EndpointSlice{}
+		for i := range sl.Items {
+			s := &sl.Items[i]
+			bySvc[s.Labels[discoveryv1.LabelServiceName]] = append(bySvc[s.Labels[discoveryv1.LabelServiceName]], s)
+		}
+		for _, svc := range svcs.Items {
+			if on, _ := strconv.ParseBool(strings.TrimSpace(svc.Annotations[worker.AnnotationSync])); !on {
+				continue
+			}
+			name := svc.Name
+			if v, ok := svc.Annotations[worker.AnnotationName]; ok {
+				name = strings.TrimSpace(v)
+			}
+			for _, s := range bySvc[svc.Name] {
+				port := -1
+				for _, p := range s.Ports {
+					if p.Name != nil && *p.Name == "http" && p.Port != nil {
+						port = int(*p.Port)
+					}
+				}
+				if port < 0 {
+					continue
+				}
+				for _, e := range s.Endpoints {
+					if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+						continue
+					}
+					for _, a := range e.Addresses {
+						r.Desired[key{cl.id, name, a, port}] = true
+					}
+				}
+			}
+		}
+	}
+	cl, err := c.w.consulClient()
+	if err != nil {
+		return nil, err
+	}
+	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer qcancel()
+	q := (&consulapi.QueryOptions{}).WithContext(qctx)
+	nodes, _, err := cl.Catalog().Nodes(q)
+	if err != nil {
+		return nil, fmt.Errorf("consul nodes: %w", err)
+	}
+	for _, n := range nodes {
+		r.Nodes[n.Node] = n.ModifyIndex
+		if c.clusterOfNode(n.Node) == "" && !c.w.plantedNode(n.Node) {
+			continue
+		}
+		list, _, err := cl.Catalog().NodeServiceList(n.Node, q)
+		if err != nil {
+			return nil, fmt.Errorf("consul node %s: %w", n.Node, err)
+		}
+		if list == nil {
+			continue
+		}
+		onCluster := c.clusterOfNode(n.Node)
+		for _, s := range list.Services {
+			e := entry{Node: n.Node, ID: s.ID, ModifyIndex: s.ModifyIndex}
+			if m := markOf(s); m != "" && m == onCluster {
+				e.Marked = m
+				e.Key = key{m, s.Service, s.Address, s.Port}
+				r.Present[e.Key] = append(r.Present[e.Key], e)
+			}
+			r.Entries[n.Node+"/"+s.ID] = e
+		}
+	}
+	return r, nil
+}
+
+// workers lists the Services each live replica of a sharded cluster runs
+// a worker for.
+func (c *checker) workers(ctx context.Context) map[string][]string {
+	out := map[string][]string{}
+	for _, cl := range c.w.clusters {
+		if len(cl.replicas) < 2 {
+			continue
+		}
+		for _, rep := range cl.replicas {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			code, body, err := rep.daemon().Get(ctx, "/debug/workers", "")
+			cancel()
+			if err != nil || code != http.StatusOK {
+				continue
+			}
+			var ws []struct{ Namespace, Service string }
+			if json.Unmarshal([]byte(body), &ws) != nil {
+				continue
+			}
+			for _, w := range ws {
+				k := w.Namespace + "/" + w.Service
+				out[k] = append(out[k], rep.id)
+			}
+		}
+	}
+	return out
+}
+
+// sample reads once and checks every invariant against the reading.
+func (c *checker) sample(ctx context.Context) {
+	c.mu.Lock()
+	gen := c.plantGen
+	c.mu.Unlock()
+	r, err := c.read(ctx)
+	ws := c.workers(ctx)
+	txns := c.w.txns()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.samples++
+	now := time.Now()
+	if err != nil {
+		c.failedReads++
+		c.timeline = append(c.timeline, point{T: c.since(now), Txns: txns})
+		return
+	}
+	c.last = r
+	// (e) one replica per Service: held by two in two samples in a row.
+	for k, reps := range ws {
+		if len(reps) > 1 {
+			c.dual[k]++
+			if c.dual[k] == 2 {
+				kinds, _ := c.excuse(key{}, now.Add(-2*time.Second), now)
+				c.violate(now, "one-replica", strings.Join(kinds, "+"), k, "a worker on replicas %v in two samples in a row", reps)
+			}
+		} else {
+			delete(c.dual, k)
+		}
+	}
+	// (a) planted entries untouched.
+	if gen == c.plantGen && gen%2 == 0 {
+		for _, p := range c.planted {
+			if p.Removed {
+				continue
+			}
+			var idx uint64
+			var ok bool
+			if p.ID == "" {
+				idx, ok = r.Nodes[p.Node]
+			} else {
+				var e entry
+				e, ok = r.Entries[p.Node+"/"+p.ID]
+				idx = e.ModifyIndex
+			}
+			obj := p.Node + "/" + p.ID
+			kinds, _ := c.excuse(key{}, now.Add(-5*time.Second), now)
+			switch {
+			case !ok:
+				c.violate(now, "foreign-untouched", strings.Join(kinds, "+"), obj, "%s deleted", p.What)
+				p.Removed = true
+			case idx != p.ModifyIndex:
+				c.violate(now, "foreign-untouched", strings.Join(kinds, "+"), obj, "%s modified: ModifyIndex %d -> %d", p.What, p.ModifyIndex, idx)
+				p.ModifyIndex = idx
+			}
+		}
+	}
+	// (b) missing and extra instances.
+	for k := range c.desiredAt {
+		if !r.Desired[k] {
+			delete(c.desiredAt, k)
+		}
+	}
+	nMissing, nExtra := 0, 0
+	for k := range r.Desired {
+		if _, ok := c.desiredAt[k]; !ok {
+			c.desiredAt[k] = now
+		}
+		if len(r.Present[k]) > 0 {
+			if s := c.missing[k]; s != nil {
+				c.closeStreak(k, s, now, c.gaps)
+				delete(c.missing, k)
+			}
+			continue
+		}
+		nMissing++
+		if c.missing[k] == nil {
+			c.missing[k] = &streak{Start: now}
+		}
+		c.checkStreak(k, c.missing[k], now, "instance-missing")
+	}
+	for k, s := range c.missing {
+		if !r.Desired[k] { // no longer wanted: the streak ends unfinished
+			c.closeStreak(k, s, now, c.gaps)
+			delete(c.missing, k)
+		}
+	}
+	for k := range r.Present {
+		if r.Desired[k] {
+			if s := c.extra[k]; s != nil {
+				c.closeStreak(k, s, now, c.extraGaps)
+				delete(c.extra, k)
+			}
+			continue
+		}
+		nExtra++
+		if c.extra[k] == nil {
+			c.extra[k] = &streak{Start: now}
+		}
+		c.checkStreak(k, c.extra[k], now, "instance-stale")
+	}
+	for k, s := range c.extra {
+		if len(r.Present[k]) == 0 {
+			c.closeStreak(k, s, now, c.extraGaps)
+			delete(c.extra, k)
+		}
+	}
+	if nMissing == 0 && nExtra == 0 {
+		if c.exactSince.IsZero() {
+			c.exactSince = now
+		}
+	} else {
+		c.exactSince = time.Time{}
+	}
+	c.timeline = append(c.timeline, point{T: c.since(now), Missing: nMissing, Extra: nExtra, Desired: len(r.Desired), Txns: txns, OK: true})
+}
+
+// checkStreak reports a streak that outlived the bound after the faults
+// that excuse it healed.
+func (c *checker) checkStreak(k key, s *streak, now time.Time, rule string) {
+	if s.Reported {
+		return
+	}
+	kinds, until := c.excuse(k, s.Start, now)
+	from := s.Start
+	if until.After(from) {
+		from = until
+	}
+	if now.Sub(from) > c.bound {
+		s.Reported = true
+		fault := "none"
+		if len(kinds) > 0 {
+			fault = strings.Join(kinds, "+")
+		}
+		c.violate(now, rule, fault, k.String(), "for %.1fs (%.1fs after the last fault healed; bound %s)", now.Sub(s.Start).Seconds(), now.Sub(from).Seconds(), c.bound)
+	}
+}
+
+// closeStreak records how long k was missing (or extra), per fault type
+// that overlapped it ("none" when no fault did: plain propagation).
+func (c *checker) closeStreak(k key, s *streak, now time.Time, into map[string]*gapStat) {
+	d := now.Sub(s.Start).Seconds()
+	kinds, _ := c.excuse(k, s.Start, now)
+	if len(kinds) == 0 {
+		kinds = []string{"none"}
+	}
+	if d > 5 {
+		c.w.logf("long streak: %s from %.1fs to %.1fs (%.1fs), faults %v", k, c.since(s.Start), c.since(now), d, kinds)
+	}
+	for _, kind := range kinds {
+		g := into[kind]
+		if g == nil {
+			g = &gapStat{}
+			into[kind] = g
+		}
+		g.Count++
+		if d > g.Worst {
+			g.Worst, g.Object = d, k.String()
+		}
+	}
+}
+
+// finish closes the open streaks at the end of the run (a streak still
+// open is checked against the bound one last time).
+func (c *checker) finish() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for k, s := range c.missing {
+		c.checkStreak(k, s, now, "instance-missing")
+		c.closeStreak(k, s, now, c.gaps)
+	}
+	for k, s := range c.extra {
+		c.checkStreak(k, s, now, "instance-stale")
+		c.closeStreak(k, s, now, c.extraGaps)
+	}
+	c.missing, c.extra = map[key]*streak{}, map[key]*streak{}
+}
+
+// exact reports whether the last sample was exact, and since when.
+func (c *checker) exact() (bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.exactSince.IsZero(), c.exactSince
+}
+
+// lastReading is the last successful sample.
+func (c *checker) lastReading() *reading {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// rebase re-reads the planted entries after Consul's state was replaced
+// (a snapshot restore): an entry the restore removed or changed is planted
+// again as it was, and its new ModifyIndex becomes the one to hold.
+func (c *checker) rebase(ctx context.Context, replant func(ctx context.Context, p planted) (uint64, error)) error {
+	c.mu.Lock()
+	c.plantGen++ // odd: samples skip the planted entries until it is even again
+	var ps []planted
+	for _, p := range c.planted {
+		if !p.Removed {
+			ps = append(ps, *p)
+		}
+	}
+	c.mu.Unlock()
+	var errs []string
+	idx := make([]uint64, len(ps))
+	for i, p := range ps {
+		var err error
+		if idx[i], err = replant(ctx, p); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	c.mu.Lock()
+	for _, p := range c.planted {
+		for i, q := range ps {
+			if p.Node == q.Node && p.ID == q.ID && !p.Removed && idx[i] != 0 {
+				p.ModifyIndex = idx[i]
+			}
+		}
+	}
+	c.plantGen++
+	c.mu.Unlock()
+	if len(errs) > 0 {
+		return fmt.Errorf("re-planting after a restore: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
