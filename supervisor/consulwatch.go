@@ -149,6 +149,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 	var d lossDetector
 	reported := map[string]bool{} // foreign nodes logged
 	first := true
+	failed := false // the last read got no answer
 	for {
 		var evidence string
 		if !first {
@@ -176,7 +177,15 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			if ctx.Err() == nil {
 				s.log.Debug("Cannot read the cluster's Consul nodes", "error", err)
 			}
+			failed = ctx.Err() == nil
 			continue // unreachable: the health probe reports it
+		}
+		if failed {
+			// Consul answers again: a worker whose flush failed while it
+			// was away retries now, not at the end of its backoff.
+			failed = false
+			n := s.retryAll()
+			s.log.Info("Consul answers again; workers backing off retry now", "workers", n)
 		}
 		s.foreignNodes(view.Foreign(), reported)
 		if found := checkConsul(ctx, nw, &d, view, written); len(found) > 0 {

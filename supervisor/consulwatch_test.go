@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,4 +341,73 @@ func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
 			t.Fatalf("check %d: %v with only our own writes landing", i, found)
 		}
 	}
+}
+
+// downStore is a watchStore that answers nothing while down.
+type downStore struct {
+	*watchStore
+	down     atomic.Bool
+	attempts atomic.Int32
+}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:8500: connect: connection refused")
+
+func (s *downStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
+	s.attempts.Add(1)
+	if s.down.Load() {
+		return consul.Applied{}, errRefused
+	}
+	return s.watchStore.Apply(ctx, ch)
+}
+
+func (s *downStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
+	if s.down.Load() {
+		select {
+		case s.nodeReads <- struct{}{}:
+		default:
+		}
+		return consul.NodesView{}, errRefused
+	}
+	return s.watchStore.ReadNodes(ctx)
+}
+
+// TestConsulBackEndsBackoffs: when the node check gets an answer again
+// after it got none, every worker whose flush failed meanwhile retries at
+// once, well before its backoff ends (found by the soak: changes made
+// while a Consul server was down waited out backoffs of up to 30s after
+// it came back).
+func TestConsulBackEndsBackoffs(t *testing.T) {
+	w := newFakeWatcher()
+	key := k8s.Key{Namespace: "ns", Name: "web"}
+	w.services[key] = service("ns", "web", "10.1.0.1")
+	close(w.synced)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := &downStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval = clk, 50*time.Millisecond
+	})
+	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
+	nodeRead := func() {
+		t.Helper()
+		select {
+		case <-store.nodeReads:
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("the watch did not read the nodes")
+		}
+	}
+	nodeRead() // the first check, at bootstrap
+	store.down.Store(true)
+	before := store.attempts.Load()
+	w.set(key, service("ns", "web", "10.1.0.1", "10.1.0.2"))
+	f.waitFor(t, "the flush tried and failed", func() bool { return store.attempts.Load() > before })
+	// The worker now backs off for 160-240ms; the clock moves 100ms in all.
+	f.waitFor(t, "the check's timer", clk.HasWaiters)
+	clk.Step(50 * time.Millisecond)
+	nodeRead() // no answer
+	store.down.Store(false)
+	f.waitFor(t, "the check's timer", clk.HasWaiters)
+	clk.Step(50 * time.Millisecond)
+	nodeRead() // an answer: the workers retry
+	f.waitFor(t, "the change landed before the backoff ended", func() bool { return f.store.count("") == 2 })
 }

@@ -188,6 +188,17 @@ func (s *Supervisor) resyncAll() int {
 	return len(s.workers)
 }
 
+// retryAll ends every worker's backoff (worker.Retry) and returns how
+// many workers there are.
+func (s *Supervisor) retryAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.workers {
+		e.w.Retry()
+	}
+	return len(s.workers)
+}
+
 // readOwned reads our node in one request, retrying with backoff until it
 // succeeds or ctx is done.
 func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Registered, int, error) {

@@ -162,6 +162,8 @@ func memOf(s Store) *memStore {
 		return s.memStore
 	case *watchStore:
 		return s.memStore
+	case *downStore:
+		return s.memStore
 	}
 	panic("unknown store")
 }

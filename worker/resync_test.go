@@ -259,3 +259,29 @@ func TestBlockedInstanceRegisteredOnceTheForeignEntryIsGone(t *testing.T) {
 		t.Fatal("a timer still runs with nothing blocked and nothing pending")
 	}
 }
+
+// TestRetryEndsTheBackoff: a flush that failed while Consul was away is
+// retried as soon as the supervisor says Consul answers again (Retry),
+// not at the end of its backoff (found by the soak: after a Consul server
+// came back, changes waited out backoffs of up to 30s).
+func TestRetryEndsTheBackoff(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.MinBackoff, o.MaxBackoff = 10*time.Second, time.Minute
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	h.store.failNext(1, errors.New("dial tcp 127.0.0.1:8500: connect: connection refused"))
+	h.clk.Step(W)
+	h.notify(addEndpoint(epB))
+	h.apply() // fails
+	if f := h.flush(); f.Err == nil {
+		t.Fatal("flush did not fail")
+	}
+	h.awaitTimer()
+	h.clk.Step(W) // the window is over, the backoff (8s at least) is not
+	h.w.Retry()
+	wantChange(t, h.apply(), "+10.0.0.2:8080")
+	if f := h.flush(); f.Err != nil || !f.Wrote {
+		t.Fatalf("retry: %+v", f)
+	}
+}

@@ -92,6 +92,7 @@ type Worker struct {
 	log     hclog.Logger
 	trigger chan struct{}
 	resync  chan struct{}
+	retry   chan struct{}
 	// pendingSince is the unix-nano time of the oldest change not yet
 	// flushed, 0 when none; events counts notifications.
 	pendingSince atomic.Int64
@@ -139,6 +140,7 @@ func New(opts Options) *Worker {
 		log:        opts.Log.With("namespace", opts.Key.Namespace, "service", opts.Key.Name),
 		trigger:    make(chan struct{}, 1),
 		resync:     make(chan struct{}, 1),
+		retry:      make(chan struct{}, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
 	w.owned = make(map[string]consul.Registered, len(opts.Owned))
@@ -162,6 +164,18 @@ func (w *Worker) Notify() {
 	w.opts.Observer.Event()
 	select {
 	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Retry ends a backoff now: the supervisor calls it when Consul answers
+// again after it did not, so that a flush that failed while Consul was
+// away is retried at once instead of at the end of a backoff of up to
+// MaxBackoff. A worker not backing off ignores it. The failure count
+// stays, so a retry that fails again backs off longer.
+func (w *Worker) Retry() {
+	select {
+	case w.retry <- struct{}{}:
 	default:
 	}
 }
@@ -247,6 +261,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.resyncDue, s.dirty = true, true
 		case <-w.resync:
 			w.resyncDue, s.dirty = true, true
+		case <-w.retry:
+			if s.failures > 0 && s.dirty {
+				s.retryAt = w.clock.Now()
+				if timer != nil {
+					timer.Stop()
+					timer = nil
+				}
+			}
 		case <-blockedC:
 			// Read the entries again: if the foreign entry is gone, the
 			// blocked instance is registered by this flush.

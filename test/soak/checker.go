@@ -118,6 +118,7 @@ type checker struct {
 	samples     int
 	failedReads int
 	exactSince  time.Time // zero unless the last sample was exact
+	longLogged  int       // long streaks logged (the first 20)
 }
 
 // reading is one sample: what Kubernetes wants and what Consul has.
@@ -508,7 +509,8 @@ func (c *checker) closeStreak(k key, s *streak, now time.Time, into map[string]*
 	if len(kinds) == 0 {
 		kinds = []string{"none"}
 	}
-	if d > 5 {
+	if d > 10 && c.longLogged < 20 {
+		c.longLogged++
 		c.w.logf("long streak: %s from %.1fs to %.1fs (%.1fs), faults %v", k, c.since(s.Start), c.since(now), d, kinds)
 	}
 	for _, kind := range kinds {

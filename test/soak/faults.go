@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,6 +23,10 @@ var tracks = [][]string{
 	{"kube-apiserver-restart", "etcd-compaction-relist", "fleetsync-kill9", "fleetsync-sigterm", "consul-stall"},
 	{"tampered-entry"},
 }
+
+// errNotYet: the fault cannot be injected yet (no snapshot old enough, no
+// instance to tamper with); the track tries it again later.
+var errNotYet = errors.New("not yet")
 
 // allFaults lists every fault kind.
 func allFaults() []string {
@@ -190,7 +195,7 @@ func (w *world) fault(ctx context.Context, kind string, rng *rand.Rand) error {
 	case "consul-snapshot-restore":
 		snap, age := w.oldSnapshot(w.opts.snapshotAge)
 		if snap == nil {
-			return nil // none old enough yet
+			return errNotYet
 		}
 		id := w.chk.faultStart(kind, fmt.Sprintf("a snapshot %s old", age.Round(time.Second)), nil)
 		err := w.restore(context.WithoutCancel(ctx), snap)
@@ -249,7 +254,7 @@ func (w *world) allReplicas() []*replica {
 func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) error {
 	r := w.chk.lastReading()
 	if r == nil {
-		return nil
+		return errNotYet
 	}
 	a := w.clusters[0]
 	var cands []key
@@ -259,18 +264,18 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 		}
 	}
 	if len(cands) == 0 {
-		return nil
+		return errNotYet
 	}
 	slices.SortFunc(cands, func(x, y key) int { return strings.Compare(x.String(), y.String()) })
 	k := cands[rng.IntN(len(cands))]
 	e := r.Present[k][0]
 	cl, err := w.consulClient()
 	if err != nil {
-		return nil // Consul is down: try another time
+		return errNotYet // Consul is down: try another time
 	}
 	n, _, err := cl.Catalog().Node(e.Node, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil || n == nil || n.Node == nil {
-		return nil
+		return errNotYet
 	}
 	reg := &consulapi.CatalogRegistration{Node: e.Node, Address: n.Node.Address, SkipNodeUpdate: true,
 		Service: &consulapi.AgentService{ID: e.ID, Service: k.Name, Address: k.Addr, Port: k.Port,

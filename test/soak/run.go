@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -45,8 +46,8 @@ type result struct {
 func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 	res := &result{Seed: o.seed, Replicas: o.replicas, Shards: o.shards, ConsulServers: o.servers, BoundS: o.bound.Seconds(),
 		Services: map[string]int{}, Faults: map[string]int{}}
-	fmt.Fprintf(out, "soak: seed %d (replay: go run ./test/soak --seed %d%s), %s, %d+%d Services, %d replicas --shards %d, %d Consul servers\n",
-		o.seed, o.seed, map[bool]string{true: " --quick"}[o.quick], o.duration, o.services, o.servicesB, o.replicas, o.shards, o.servers)
+	fmt.Fprintf(out, "soak: seed %d (replay: the same flags and --seed %d), %s, %d+%d Services, %d replicas --shards %d, %d Consul servers\n",
+		o.seed, o.seed, o.duration, o.services, o.servicesB, o.replicas, o.shards, o.servers)
 	w := newWorld(ctx, o, out)
 	defer w.stop()
 	w.chk = newChecker(w, o.bound)
@@ -148,7 +149,13 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 				if n < len(order) {
 					kind = order[n]
 				}
-				if err := w.fault(soakCtx, kind, frng); err != nil {
+				err := w.fault(soakCtx, kind, frng)
+				switch {
+				case errors.Is(err, errNotYet):
+					if n < len(order) {
+						order = append(order, kind) // still every kind once
+					}
+				case err != nil:
 					errs <- fmt.Errorf("fault %s: %w", kind, err)
 					return
 				}
