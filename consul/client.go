@@ -45,6 +45,7 @@ type catalogAPI interface {
 	HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error)
 	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 	CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error)
+	KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error)
 }
 
 type apiAdapter struct{ c *api.Client }
@@ -67,6 +68,10 @@ func (a apiAdapter) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogN
 
 func (a apiAdapter) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
 	return a.c.Catalog().Nodes(q)
+}
+
+func (a apiAdapter) KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
+	return a.c.KV().Get(key, q)
 }
 
 func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {

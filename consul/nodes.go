@@ -142,6 +142,26 @@ func (c *Client) NodeIndex(ctx context.Context, node string) (uint64, error) {
 	return meta.LastIndex, nil
 }
 
+// KVIndex reads key (it need not exist) and returns Consul's KV index,
+// which moves only when some KV entry is written: the supervisor's
+// snapshot-restore signal (supervisor.Options.StateKey).
+func (c *Client) KVIndex(ctx context.Context, key string) (uint64, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return 0, err
+	}
+	defer c.reads.Release(1)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	_, meta, err := c.api.KVGet(key, (&api.QueryOptions{}).WithContext(rctx))
+	if err != nil {
+		return 0, fmt.Errorf("read the KV index (key %s): %w", key, c.ctxErr(ctx, err))
+	}
+	if meta == nil {
+		return 0, nil
+	}
+	return meta.LastIndex, nil
+}
+
 // ReadNodes lists every node named like the owner's (ours or look-alikes)
 // with their indexes, in one request, and records them for the node ops of
 // later transactions.

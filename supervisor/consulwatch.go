@@ -54,6 +54,7 @@ const nodesPerCheck = 8
 type lossDetector struct {
 	nodes map[string]consul.NodeEntry // ours, at the last check
 	index map[string]uint64           // per node: the last catalog index read
+	kv    uint64                      // the highest KV index read (StateKey)
 	turn  int                         // round-robin start of the next index reads
 }
 
@@ -132,6 +133,25 @@ func (d *lossDetector) checkIndex(node string, index, committed uint64) []findin
 // new normal.
 func (d *lossDetector) reset() {
 	d.index = nil
+	d.kv = 0
+}
+
+// checkKV records a read of the KV index; an index below the highest
+// read means Consul's state went back (a snapshot restore, or a Consul
+// that lost its data).
+func (d *lossDetector) checkKV(index uint64) []finding {
+	var out []finding
+	if index < d.kv {
+		out = append(out, finding{SignalIndexBack, fmt.Sprintf("Consul's KV index went back to %d from %d: its state was replaced (a snapshot restore?)", index, d.kv)})
+	}
+	d.kv = max(d.kv, index)
+	return out
+}
+
+// KVIndexReader is implemented by a Store that can read the KV index of a
+// key (consul.Client); see Options.StateKey.
+type KVIndexReader interface {
+	KVIndex(ctx context.Context, key string) (uint64, error)
 }
 
 // watchConsul runs until ctx is done. Every NodeCheckInterval it reads the
@@ -188,7 +208,13 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			s.log.Info("Consul answers again; workers backing off retry now", "workers", n)
 		}
 		s.foreignNodes(view.Foreign(), reported)
-		if found := checkConsul(ctx, nw, &d, view, written); len(found) > 0 {
+		found := checkConsul(ctx, nw, &d, view, written)
+		if kr, ok := s.opts.Store.(KVIndexReader); ok && s.opts.StateKey != "" && len(found) == 0 {
+			if ix, err := kr.KVIndex(ctx, s.opts.StateKey); err == nil {
+				found = d.checkKV(ix)
+			}
+		}
+		if len(found) > 0 {
 			s.dataLost(nw, &d, found)
 		}
 	}

@@ -131,6 +131,7 @@ type watchStore struct {
 	view      consul.NodesView
 	index     uint64
 	reads     int // ReadPrefix calls (workers' re-reads)
+	kv        uint64
 	nodeReads chan struct{}
 }
 
@@ -149,6 +150,12 @@ func (s *watchStore) NodeIndex(context.Context, string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.index, nil
+}
+
+func (s *watchStore) KVIndex(context.Context, string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kv, nil
 }
 
 func (s *watchStore) Committed(string) uint64  { return 0 }
@@ -410,4 +417,48 @@ func TestConsulBackEndsBackoffs(t *testing.T) {
 	clk.Step(50 * time.Millisecond)
 	nodeRead() // an answer: the workers retry
 	f.waitFor(t, "the change landed before the backoff ended", func() bool { return f.store.count("") == 2 })
+}
+
+// TestKVIndexGoingBackIsLoss: a snapshot restore in a busy Consul can
+// leave our nodes' indexes above what was read before (catalog writes
+// right after the restore raise them), but the KV index, which moves only
+// with KV writes, shows it: every worker re-reads (found by the soak: on a
+// busy 3-server cluster a restore left stale and missing instances until
+// the anti-entropy pass).
+func TestKVIndexGoingBackIsLoss(t *testing.T) {
+	w := newFakeWatcher()
+	for i := range 3 {
+		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
+		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
+	}
+	close(w.synced)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1), kv: 100}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	hooks := &lossHooks{}
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test"
+	})
+	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
+	check := func() {
+		t.Helper()
+		f.waitFor(t, "the check's timer", clk.HasWaiters)
+		clk.Step(time.Second)
+		select {
+		case <-store.nodeReads:
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("the watch did not read the nodes")
+		}
+	}
+	<-store.nodeReads // the first check, at bootstrap
+	check()           // the KV index as before: nothing
+	reads := store.readCount()
+	store.mu.Lock()
+	store.kv, store.index = 60, 80 // restored; a write raised the node's index past its old value
+	store.mu.Unlock()
+	check()
+	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalIndexBack}) {
+		t.Fatalf("signals %v, want [%s]", sig, SignalIndexBack)
+	}
 }

@@ -51,6 +51,13 @@ type Options struct {
 	// still in Consul (0: never); when it vanished while we have instances,
 	// Consul lost its data and every worker resyncs at once.
 	NodeCheckInterval time.Duration
+	// StateKey is a Consul KV key (the cluster-id claim's) whose index the
+	// node check also reads, when the Store can (KVIndexReader): the KV
+	// index moves only on KV writes, rare in most Consuls, so a snapshot
+	// restore shows as that index going back even when catalog writes
+	// right after the restore raised the nodes' indexes past their old
+	// values. "": not read.
+	StateKey string
 	// ObserverFor returns the metrics observer of one worker; nil: none.
 	ObserverFor func(key k8s.Key) worker.Observer
 	// Hooks for fleet-wide metrics; nil: none.

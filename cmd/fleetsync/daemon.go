@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -94,6 +95,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,
 		NodeCheckInterval: cfg.NodeCheck,
+		StateKey:          strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID,
 	})
 	if err := sup.Selector().Validate(); err != nil {
 		return err

@@ -557,12 +557,20 @@ func (c *checker) lastReading() *reading {
 	return c.last
 }
 
-// rebase re-reads the planted entries after Consul's state was replaced
-// (a snapshot restore): an entry the restore removed or changed is planted
-// again as it was, and its new ModifyIndex becomes the one to hold.
+// pausePlanted stops the planted-entry check until rebase: Consul's state
+// is being replaced (a snapshot restore takes every entry back in time,
+// the planted ones too).
+func (c *checker) pausePlanted() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.plantGen++ // odd: samples skip the planted entries until it is even again
+}
+
+// rebase, after pausePlanted and the restore, re-reads the planted entries:
+// an entry the restore removed or changed is planted again as it was, and
+// its new ModifyIndex becomes the one to hold. Then the check resumes.
 func (c *checker) rebase(ctx context.Context, replant func(ctx context.Context, p planted) (uint64, error)) error {
 	c.mu.Lock()
-	c.plantGen++ // odd: samples skip the planted entries until it is even again
 	var ps []planted
 	for _, p := range c.planted {
 		if !p.Removed {

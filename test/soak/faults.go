@@ -375,6 +375,7 @@ func (w *world) oldSnapshot(age time.Duration) ([]byte, time.Duration) {
 // the planted entries back as they were (the restore took them back in
 // time too) and removes tampered entries it brought back.
 func (w *world) restore(ctx context.Context, snap []byte) error {
+	w.chk.pausePlanted()
 	var err error
 	for try := 0; try < 10; try++ {
 		var cl *consulapi.Client
@@ -389,6 +390,7 @@ func (w *world) restore(ctx context.Context, snap []byte) error {
 		sleep(ctx, time.Second)
 	}
 	if err != nil {
+		_ = w.chk.rebase(ctx, w.replant)
 		return fmt.Errorf("snapshot restore: %w", err)
 	}
 	if _, err := w.consul.Leader(ctx); err != nil {
