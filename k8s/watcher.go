@@ -134,7 +134,7 @@ func (w *Watcher) SetHandler(h Handler) {
 	w.handler = h
 }
 
-// Start runs both informers on goroutines of their own and returns at once.
+// Start runs every informer on goroutines of their own and returns at once.
 // They stop when ctx is done; Wait waits for them. A second Start is a
 // no-op.
 func (w *Watcher) Start(ctx context.Context) {
