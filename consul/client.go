@@ -285,6 +285,7 @@ func fromAPI(node string, s *api.AgentService, hc *api.HealthCheck) Registered {
 			Name:    s.Service,
 			Address: s.Address,
 			Port:    s.Port,
+			Weight:  weightOf(s.Weights),
 			Tags:    s.Tags,
 			Meta:    s.Meta,
 		},

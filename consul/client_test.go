@@ -247,3 +247,44 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 		t.Fatalf("after the move: %+v, %v", after, err)
 	}
 }
+
+// TestWeightRoundTrip: an instance's Weight is written as Weights.Passing
+// and read back as written, and an instance without one reads back as 0
+// (Consul's default), so the diff sees no change and writes nothing.
+func TestWeightRoundTrip(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "weighttest"}
+	c := NewClient(a.Client, owner, Options{})
+	heavy, plain := owner.instance(0, "weight"), owner.instance(1, "weight")
+	heavy.Weight = 5
+	if _, err := c.Apply(ctx, Change{Register: []Instance{heavy, plain}}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := c.ReadNode(ctx)
+	if err != nil || len(read) != 2 {
+		t.Fatalf("ReadNode: %d entries, %v", len(read), err)
+	}
+	for _, r := range read {
+		want := map[string]Instance{heavy.ID: heavy, plain.ID: plain}[r.ID]
+		if !r.Instance.Equal(want) {
+			t.Errorf("read %+v, want %+v", r.Instance, want)
+		}
+	}
+	entries, _, err := a.Client.Catalog().Service(heavy.Name, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range entries {
+		if e.ServiceID == heavy.ID {
+			found = true
+			if e.ServiceWeights.Passing != 5 || e.ServiceWeights.Warning != 1 {
+				t.Errorf("weights in Consul %+v, want passing 5, warning 1", e.ServiceWeights)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s not in the catalog", heavy.ID)
+	}
+}

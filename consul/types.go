@@ -38,6 +38,7 @@ type Instance struct {
 	Name    string            `json:"name"` // Consul service name
 	Address string            `json:"address"`
 	Port    int               `json:"port"`
+	Weight  int               `json:"weight,omitempty"` // Weights.Passing; 0: Consul's default (1)
 	Tags    []string          `json:"tags"`
 	Meta    map[string]string `json:"meta"`
 	Check   Check             `json:"check"`
@@ -46,7 +47,7 @@ type Instance struct {
 // SameService reports whether the service parts (everything but the check)
 // of a and b are equal. Tag order is significant, as it is in Consul.
 func (a Instance) SameService(b Instance) bool {
-	return a.ID == b.ID && a.Name == b.Name && a.Address == b.Address && a.Port == b.Port &&
+	return a.ID == b.ID && a.Name == b.Name && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
 		slices.Equal(a.Tags, b.Tags) && maps.Equal(a.Meta, b.Meta)
 }
 

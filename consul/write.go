@@ -201,7 +201,7 @@ func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
 		Node: node,
 		Service: api.AgentService{
 			ID: in.ID, Service: in.Name, Address: in.Address, Port: in.Port,
-			Tags: in.Tags, Meta: in.Meta, ModifyIndex: index,
+			Tags: in.Tags, Meta: in.Meta, ModifyIndex: index, Weights: weights(in.Weight),
 		},
 	}}
 }
@@ -468,4 +468,21 @@ func isCASFailure(what string) bool {
 	w := strings.ToLower(what)
 	return strings.Contains(w, "cas") || strings.Contains(w, "index is stale") ||
 		strings.Contains(w, "does not exist") || strings.Contains(w, "already exists")
+}
+
+// weights is what an instance's Weight is written as: nothing (Consul's
+// default) for 0, else Passing=w with Consul's default Warning weight (1).
+func weights(w int) api.AgentWeights {
+	if w <= 0 {
+		return api.AgentWeights{}
+	}
+	return api.AgentWeights{Passing: w, Warning: 1}
+}
+
+// weightOf is the inverse of weights for an entry read back.
+func weightOf(w api.AgentWeights) int {
+	if w.Passing <= 1 {
+		return 0
+	}
+	return w.Passing
 }

@@ -5,11 +5,20 @@
 // # What the Watcher guarantees
 //
 //   - One informer per kind. A Watcher runs exactly one shared Service
-//     informer and one shared discovery.k8s.io/v1 EndpointSlice informer for
-//     the whole cluster, however many Services are synced: two watch streams
-//     and two relists for the API server, never one per Service. Slices are
-//     indexed by "namespace/<label kubernetes.io/service-name>", so the slices
-//     of one Service are found without a scan.
+//     informer, one shared discovery.k8s.io/v1 EndpointSlice informer, one
+//     Node informer (NewWatcher; WatcherOptions.Nodes) and, with
+//     WatcherOptions.Ingresses, one networking.k8s.io/v1 Ingress informer
+//     for the whole cluster, however many Services are synced: never a watch
+//     or a request per Service or per endpoint. Slices are indexed by
+//     "namespace/<label kubernetes.io/service-name>" and by the nodeName of
+//     their endpoints; Ingresses by the Services their "/" rules send to.
+//   - Nodes cost little. A cached Node keeps its name, resourceVersion and
+//     status.addresses only (a transform drops the rest before it is
+//     stored). A Node whose addresses changed (or that came or went)
+//     notifies exactly the NodePort Services with an endpoint on it; a
+//     Node update that leaves the addresses alone (a heartbeat) notifies
+//     nothing. An Ingress notifies the Services its "/" rules send to,
+//     before and after a change.
 //   - Level-based notifications. Handler.Changed(key) means "look at this
 //     Service again", nothing more: it carries no event type and no object.
 //     A burst of changes may produce one call or many; a caller reads the
@@ -20,8 +29,8 @@
 //     Updates that carry an unchanged resourceVersion (informer resyncs,
 //     relists after a watch gap) notify only when a resync period is set.
 //     Changed runs on an informer goroutine and must return quickly.
-//   - Complete initial state. WaitForSync returns true only once both
-//     informers have listed everything and Changed has been called for every
+//   - Complete initial state. WaitForSync returns true only once every
+//     informer has listed everything and Changed has been called for every
 //     Service and slice of that first list. Callers must not delete anything
 //     in Consul before that.
 //   - Views are built on demand and are read-only. Watcher.Service builds a
@@ -44,7 +53,7 @@
 //
 // The package never writes to the cluster, except Events through Recorder
 // (rate-limited and deduplicated by client-go's event correlator). The RBAC
-// it needs: list and watch on services and discovery.k8s.io endpointslices,
-// get on the kube-system namespace (ClusterUID), and create and patch on
-// events.
+// it needs: list and watch on services, discovery.k8s.io endpointslices,
+// nodes and (with --enable-ingress) networking.k8s.io ingresses, get on the
+// kube-system namespace (ClusterUID), and create and patch on events.
 package k8s

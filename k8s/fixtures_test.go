@@ -105,8 +105,14 @@ func (c *changes) expect(t *testing.T, want ...Key) {
 // it when the test ends.
 func startWatcher(t testing.TB, client kubernetes.Interface, resync time.Duration) (*Watcher, *changes) {
 	t.Helper()
+	return startWatcherWith(t, client, WatcherOptions{Resync: resync, Nodes: true})
+}
+
+// startWatcherWith is startWatcher with every option.
+func startWatcherWith(t testing.TB, client kubernetes.Interface, opts WatcherOptions) (*Watcher, *changes) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := NewWatcher(client, resync, nil)
+	w := NewWatcherWith(client, opts)
 	c := &changes{ch: make(chan Key, 1000), done: ctx.Done()}
 	w.SetHandler(c)
 	w.Start(ctx)

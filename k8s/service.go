@@ -39,23 +39,34 @@ type Service struct {
 	Type        corev1.ServiceType
 	Annotations map[string]string // shared with the cache: callers must not mutate
 	Ports       []Port
-	Endpoints   []Endpoint      // sorted by Address (string order), deduped by address
-	Problems    []string        // non-fatal input problems, each naming the EndpointSlice and field; sorted
-	Object      *corev1.Service // for Events (object reference); from the cache, read-only
+	Endpoints   []Endpoint // sorted by Address (string order), deduped by address
+	ExternalIPs []string   // spec.externalIPs, as written
+	// LoadBalancer is status.loadBalancer.ingress, as written.
+	LoadBalancer []LoadBalancerIngress
+	// Nodes holds the status.addresses of the Nodes of Endpoints, for a
+	// NodePort Service; a Node not (yet) in the cache is absent.
+	Nodes map[string][]NodeAddress
+	// Ingresses are the Ingress rules that send "/" to this Service
+	// (--enable-ingress only), sorted by Ingress and rule.
+	Ingresses []IngressRoute
+	Problems  []string        // non-fatal input problems, each naming the EndpointSlice and field; sorted
+	Object    *corev1.Service // for Events (object reference); from the cache, read-only
 }
 
 // newService builds the view of svc from its EndpointSlices.
 func newService(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) *Service {
 	endpoints, problems := mergeSlices(slices)
 	return &Service{
-		Key:         Key{Namespace: svc.Namespace, Name: svc.Name},
-		UID:         svc.UID,
-		Type:        svc.Spec.Type,
-		Annotations: svc.Annotations,
-		Ports:       specPorts(svc.Spec.Ports),
-		Endpoints:   endpoints,
-		Problems:    problems,
-		Object:      svc,
+		Key:          Key{Namespace: svc.Namespace, Name: svc.Name},
+		UID:          svc.UID,
+		Type:         svc.Spec.Type,
+		Annotations:  svc.Annotations,
+		Ports:        specPorts(svc.Spec.Ports),
+		Endpoints:    endpoints,
+		ExternalIPs:  svc.Spec.ExternalIPs,
+		LoadBalancer: lbIngress(svc.Status.LoadBalancer.Ingress),
+		Problems:     problems,
+		Object:       svc,
 	}
 }
 
@@ -66,6 +77,23 @@ func specPorts(in []corev1.ServicePort) []Port {
 	out := make([]Port, 0, len(in))
 	for _, p := range in {
 		out = append(out, Port{Name: p.Name, Port: p.Port, NodePort: p.NodePort, Protocol: string(p.Protocol)})
+	}
+	return out
+}
+
+// LoadBalancerIngress is one entry of status.loadBalancer.ingress.
+type LoadBalancerIngress struct {
+	IP       string
+	Hostname string
+}
+
+func lbIngress(in []corev1.LoadBalancerIngress) []LoadBalancerIngress {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]LoadBalancerIngress, 0, len(in))
+	for _, i := range in {
+		out = append(out, LoadBalancerIngress{IP: i.IP, Hostname: i.Hostname})
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -25,16 +26,18 @@ const sliceServiceIndex = "service"
 // (they run on the informer goroutine).
 type Handler interface{ Changed(key Key) }
 
-// Watcher owns one shared Service informer and one shared EndpointSlice
-// informer, and builds Service views from their caches. See the package
+// Watcher owns one shared Service informer, one shared EndpointSlice
+// informer and, as asked, one Node and one Ingress informer, and builds Service views from their caches. See the package
 // documentation for what it guarantees.
 type Watcher struct {
 	log    hclog.Logger
 	resync time.Duration
 
-	services cache.SharedIndexInformer
-	slices   cache.SharedIndexInformer
-	synced   []cache.ResourceEventHandlerRegistration
+	services  cache.SharedIndexInformer
+	slices    cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer // nil when WatcherOptions.Nodes is off
+	ingresses cache.SharedIndexInformer // nil when WatcherOptions.Ingresses is off
+	synced    []cache.ResourceEventHandlerRegistration
 
 	mu      sync.Mutex
 	started bool
@@ -43,10 +46,28 @@ type Watcher struct {
 	wg sync.WaitGroup
 }
 
-// NewWatcher builds the two informers over the whole cluster; nothing runs
-// until Start. resync 0 disables informer resync; a positive resync makes
-// every cached Service and slice notify again once per period.
+// WatcherOptions say which informers a Watcher runs besides Services and
+// EndpointSlices.
+type WatcherOptions struct {
+	Resync time.Duration // informer resync period (0: off)
+	// Nodes runs a Node informer (addresses only) for NodePort Services.
+	Nodes bool
+	// Ingresses runs a networking.k8s.io/v1 Ingress informer (--enable-ingress).
+	Ingresses bool
+	Log       hclog.Logger
+}
+
+// NewWatcher builds the Service, EndpointSlice and Node informers over the
+// whole cluster; nothing runs until Start. resync 0 disables informer
+// resync; a positive resync makes every cached object notify again once per
+// period.
 func NewWatcher(client kubernetes.Interface, resync time.Duration, log hclog.Logger) *Watcher {
+	return NewWatcherWith(client, WatcherOptions{Resync: resync, Nodes: true, Log: log})
+}
+
+// NewWatcherWith builds a Watcher with the informers opts ask for.
+func NewWatcherWith(client kubernetes.Interface, opts WatcherOptions) *Watcher {
+	log, resync := opts.Log, opts.Resync
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -56,17 +77,38 @@ func NewWatcher(client kubernetes.Interface, resync time.Duration, log hclog.Log
 		services: coreinformers.NewServiceInformer(client, metav1.NamespaceAll, resync,
 			cache.Indexers{}),
 		slices: discoveryinformers.NewEndpointSliceInformer(client, metav1.NamespaceAll, resync,
-			cache.Indexers{sliceServiceIndex: sliceIndexFunc}),
+			cache.Indexers{sliceServiceIndex: sliceIndexFunc, sliceNodeIndex: sliceNodeIndexFunc}),
 	}
-	w.setup(w.services, "Service", w.serviceHandler())
-	w.setup(w.slices, "EndpointSlice", w.sliceHandler())
+	w.setup(w.services, "Service", w.serviceHandler(), stripForCache)
+	w.setup(w.slices, "EndpointSlice", w.sliceHandler(), stripForCache)
+	if opts.Nodes {
+		w.nodes = coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
+		w.setup(w.nodes, "Node", w.nodeHandler(), stripNode)
+	}
+	if opts.Ingresses {
+		w.ingresses = networkinginformers.NewIngressInformer(client, metav1.NamespaceAll, resync,
+			cache.Indexers{ingressServiceIndex: ingressIndexFunc})
+		w.setup(w.ingresses, "Ingress", w.ingressHandler(), stripForCache)
+	}
 	return w
+}
+
+// informers returns every informer the Watcher runs.
+func (w *Watcher) informers() []cache.SharedIndexInformer {
+	out := []cache.SharedIndexInformer{w.services, w.slices}
+	if w.nodes != nil {
+		out = append(out, w.nodes)
+	}
+	if w.ingresses != nil {
+		out = append(out, w.ingresses)
+	}
+	return out
 }
 
 // setup installs the memory transform, the watch error log and the event
 // handler on a not yet started informer.
-func (w *Watcher) setup(inf cache.SharedIndexInformer, kind string, h cache.ResourceEventHandler) {
-	if err := inf.SetTransform(stripForCache); err != nil {
+func (w *Watcher) setup(inf cache.SharedIndexInformer, kind string, h cache.ResourceEventHandler, transform cache.TransformFunc) {
+	if err := inf.SetTransform(transform); err != nil {
 		w.log.Error("Cannot set informer transform", "kind", kind, "error", err)
 	}
 	if err := inf.SetWatchErrorHandlerWithContext(w.watchErrorHandler(kind)); err != nil {
@@ -92,7 +134,7 @@ func (w *Watcher) SetHandler(h Handler) {
 	w.handler = h
 }
 
-// Start runs both informers on goroutines of their own and returns at once.
+// Start runs every informer on goroutines of their own and returns at once.
 // They stop when ctx is done; Wait waits for them. A second Start is a
 // no-op.
 func (w *Watcher) Start(ctx context.Context) {
@@ -103,8 +145,9 @@ func (w *Watcher) Start(ctx context.Context) {
 		return
 	}
 	w.started = true
-	w.wg.Go(func() { w.services.RunWithContext(ctx) })
-	w.wg.Go(func() { w.slices.RunWithContext(ctx) })
+	for _, inf := range w.informers() {
+		w.wg.Go(func() { inf.RunWithContext(ctx) })
+	}
 }
 
 // Wait blocks until every goroutine started by Start has ended, which
@@ -112,7 +155,7 @@ func (w *Watcher) Start(ctx context.Context) {
 // never called.
 func (w *Watcher) Wait() { w.wg.Wait() }
 
-// WaitForSync blocks until both informers have listed their initial state
+// WaitForSync blocks until every informer has listed their initial state
 // and Changed has been called for all of it, or ctx is done. It reports
 // whether the sync completed. Before Start it can only end with ctx.
 func (w *Watcher) WaitForSync(ctx context.Context) bool {
@@ -120,7 +163,7 @@ func (w *Watcher) WaitForSync(ctx context.Context) bool {
 	for _, reg := range w.synced {
 		checkers = append(checkers, reg.HasSyncedChecker())
 	}
-	if len(checkers) != 2 {
+	if len(checkers) != len(w.informers()) {
 		return false
 	}
 	return cache.WaitFor(ctx, "", checkers...)
@@ -129,7 +172,7 @@ func (w *Watcher) WaitForSync(ctx context.Context) bool {
 // HasSynced reports, without blocking, whether WaitForSync would return
 // true.
 func (w *Watcher) HasSynced() bool {
-	if len(w.synced) != 2 {
+	if len(w.synced) != len(w.informers()) {
 		return false
 	}
 	for _, reg := range w.synced {
@@ -158,7 +201,23 @@ func (w *Watcher) Service(key Key) (*Service, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return newService(svc, endpointSlices), true, nil
+	view := newService(svc, endpointSlices)
+	if svc.Spec.Type == corev1.ServiceTypeNodePort {
+		view.Nodes = w.nodeAddresses(endpointNodes(view.Endpoints))
+	}
+	view.Ingresses = w.ingressRoutes(key)
+	return view, true, nil
+}
+
+// endpointNodes returns the distinct node names of endpoints, in order.
+func endpointNodes(eps []Endpoint) []string {
+	var out []string
+	for _, ep := range eps {
+		if ep.Node != "" && !slices.Contains(out, ep.Node) {
+			out = append(out, ep.Node)
+		}
+	}
+	return out
 }
 
 // slicesOf returns the cached EndpointSlices labelled for key.

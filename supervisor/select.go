@@ -17,6 +17,9 @@ type Selector struct {
 	DefaultSync bool
 	Allow       []string // namespace patterns (path.Match syntax, "*" for all)
 	Deny        []string // namespace patterns; deny wins
+	// SkipClusterIP leaves ClusterIP Services (headless ones included) out,
+	// as consul-k8s's -sync-clusterip-services=false.
+	SkipClusterIP bool
 }
 
 // Validate checks the patterns.
@@ -42,6 +45,9 @@ func (s Selector) NamespaceAllowed(ns string) bool {
 // annotation) instead of silently deregistering the Service.
 func (s Selector) Selected(svc *k8s.Service) bool {
 	if svc == nil || svc.Type == corev1.ServiceTypeExternalName {
+		return false
+	}
+	if s.SkipClusterIP && (svc.Type == corev1.ServiceTypeClusterIP || svc.Type == "") {
 		return false
 	}
 	if !s.NamespaceAllowed(svc.Namespace) {

@@ -334,6 +334,21 @@ func TestSelector(t *testing.T) {
 			}
 		})
 	}
+	// --sync-clusterip-services=false: ClusterIP (headless too) is left
+	// out, the other types are not.
+	noCIP := Selector{DefaultSync: true, Allow: []string{"*"}, SkipClusterIP: true}
+	for typ, want := range map[corev1.ServiceType]bool{
+		corev1.ServiceTypeClusterIP: false, corev1.ServiceTypeNodePort: true, corev1.ServiceTypeLoadBalancer: true,
+	} {
+		x := service("ns", "t")
+		x.Type = typ
+		if got := noCIP.Selected(x); got != want {
+			t.Errorf("SkipClusterIP: Selected(%s) = %v, want %v", typ, got, want)
+		}
+		if !s.Selected(x) {
+			t.Errorf("without SkipClusterIP: Selected(%s) = false", typ)
+		}
+	}
 	if err := (Selector{Allow: []string{"["}}).Validate(); err == nil {
 		t.Error("bad pattern accepted")
 	}

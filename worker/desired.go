@@ -55,6 +55,13 @@ type Config struct {
 	// (Consul matches tags case-insensitively; cluster ids are lowercase).
 	// It must be safe for concurrent use. nil: nothing is reserved.
 	ReservedTag func(tag string) (cluster string, reserved bool)
+
+	// What each Service type registers, as consul-k8s's flags.
+	NodePortSync              NodePortSyncType // "" means ExternalFirst
+	SyncLoadBalancerEndpoints bool             // LoadBalancer: endpoints instead of status.loadBalancer.ingress
+	EnableIngress             bool             // an Ingress "/" rule's host replaces the endpoints
+	IngressLoadBalancerIPs    bool             // with EnableIngress: the Ingress's LB IP instead of the host
+	ConsulK8sMeta             bool             // also write consul-k8s's external-k8s-* and port-<name> meta
 }
 
 // Spec is the desired state of one Service in Consul.
@@ -63,6 +70,10 @@ type Spec struct {
 	Window    time.Duration
 	Instances []consul.Instance // stamped, sorted by ID, unique IDs
 	Warnings  []string          // non-fatal problems (bad window, skipped endpoints)
+	// Skipped names each part of the Service's spec, status or Nodes that
+	// gave no instance (a bad external IP or LB hostname, a node without
+	// the address asked for), with the Service and the field.
+	Skipped []string
 }
 
 // Check outputs, fixed so that unchanged endpoints produce unchanged checks.
@@ -107,25 +118,33 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 	if err != nil {
 		return spec, err
 	}
-	for _, ep := range svc.Endpoints {
-		status, output, ok := endpointCheck(ep, cfg)
-		if !ok {
-			continue
+	bd := &builder{svc: svc, cfg: cfg, b: base{name: name, tags: tags, meta: meta, port: port}}
+	switch kindOf(svc, cfg) {
+	case kindExternalIPs, kindLoadBalancer:
+		w, err := weight(svc)
+		if err != nil {
+			spec.Warnings = append(spec.Warnings, err.Error())
 		}
-		p, ok := endpointPort(ep, port)
-		if !ok {
-			spec.Warnings = append(spec.Warnings, fmt.Sprintf("service %s: endpoint %s has no port %q, skipped", key, ep.Address, port.Name))
-			continue
+		if len(svc.ExternalIPs) > 0 {
+			bd.externalIPs(w)
+		} else {
+			bd.loadBalancer(w)
 		}
-		spec.Instances = append(spec.Instances, cfg.Cluster.Stamp(consul.Instance{
-			ID:      cfg.Cluster.InstanceID(svc.Namespace, svc.Name, ep.Address, p),
-			Name:    name,
-			Address: ep.Address,
-			Port:    p,
-			Tags:    tags,
-			Meta:    instanceMeta(svc, ep, meta),
-			Check:   consul.Check{Status: status, Output: output},
-		}))
+	case kindNodePort:
+		bd.nodePort()
+	case kindIngress:
+		bd.ingress()
+	default:
+		bd.endpoints()
+	}
+	spec.Instances = bd.out
+	spec.Warnings = append(spec.Warnings, bd.warnings...)
+	spec.Skipped = bd.problems
+	for _, in := range spec.Instances {
+		if len(in.Meta) > maxMetaPairs {
+			return spec, &AnnotationError{Service: key, Annotation: AnnotationMeta + "*", Value: fmt.Sprintf("%d keys", len(in.Meta)),
+				Reason: fmt.Sprintf("an instance would have %d meta keys, Consul allows %d (--consul-k8s-meta adds one per spec.ports entry)", len(in.Meta), maxMetaPairs)}
+		}
 	}
 	sort.Slice(spec.Instances, func(i, j int) bool { return spec.Instances[i].ID < spec.Instances[j].ID })
 	spec.Instances = dedupe(spec.Instances)

@@ -101,6 +101,10 @@ func cloneSvc(s *k8s.Service) *k8s.Service {
 	c.Ports = slices.Clone(s.Ports)
 	c.Problems = slices.Clone(s.Problems)
 	c.Endpoints = slices.Clone(s.Endpoints)
+	c.ExternalIPs = slices.Clone(s.ExternalIPs)
+	c.LoadBalancer = slices.Clone(s.LoadBalancer)
+	c.Nodes = maps.Clone(s.Nodes)
+	c.Ingresses = slices.Clone(s.Ingresses)
 	for i := range c.Endpoints {
 		c.Endpoints[i].Ports = maps.Clone(c.Endpoints[i].Ports)
 	}

@@ -39,6 +39,7 @@ const (
 	ReasonInvalidAnnotation = "InvalidAnnotation"
 	ReasonSyncFailed        = "ConsulSyncFailed"
 	ReasonEndpointSkipped   = "EndpointSkipped"
+	ReasonInstanceSkipped   = "InstanceSkipped" // an external IP, LB ingress or node that gave no instance
 )
 
 // DefaultBlockedRecheck is Options.BlockedRecheck's default.
@@ -522,6 +523,9 @@ func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
 	}
 	for _, warn := range spec.Warnings {
 		w.report(svc, before, ReasonInvalidAnnotation, warn)
+	}
+	for _, msg := range spec.Skipped {
+		w.report(svc, before, ReasonInstanceSkipped, msg)
 	}
 	if w.opts.OnName != nil {
 		w.opts.OnName(spec.Name, svc.Annotations[AnnotationName] == "")

@@ -38,6 +38,12 @@ type config struct {
 	K8sTag             string
 	Terminating        string
 	RegisterNotReady   bool
+	NodePortSyncType   string
+	SyncClusterIP      bool
+	SyncLBEndpoints    bool
+	EnableIngress      bool
+	IngressLBIPs       bool
+	ConsulK8sMeta      bool
 	Window             time.Duration
 	Resync             time.Duration
 	ResyncPeriod       time.Duration
@@ -114,6 +120,12 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.K8sTag, "k8s-tag", "k8s", "tag added to every synced instance, as consul-k8s does ('' for none)")
 	fs.StringVar(&c.Terminating, "terminating", string(worker.TerminatingWarning), "check status of serving+terminating endpoints: warning, critical, or drop (not registered)")
 	fs.BoolVar(&c.RegisterNotReady, "register-not-ready", false, "register not-ready endpoints with a critical check instead of leaving them out")
+	fs.StringVar(&c.NodePortSyncType, "node-port-sync-type", string(worker.ExternalFirst), "address of a NodePort Service's instances, one per node with endpoints: ExternalFirst (the node's ExternalIP, else its InternalIP), ExternalOnly or InternalOnly; the port is the NodePort (consul-k8s -node-port-sync-type)")
+	fs.BoolVar(&c.SyncClusterIP, "sync-clusterip-services", true, "sync ClusterIP Services, headless ones included (consul-k8s -sync-clusterip-services)")
+	fs.BoolVar(&c.SyncLBEndpoints, "sync-lb-services-endpoints", false, "register a LoadBalancer Service's endpoints instead of its status.loadBalancer.ingress IPs/hostnames (consul-k8s -sync-lb-services-endpoints)")
+	fs.BoolVar(&c.EnableIngress, "enable-ingress", false, "a ClusterIP Service behind a networking.k8s.io/v1 Ingress rule with path / is registered as the rule's host, port 80 (443 when the host is under spec.tls), instead of its endpoints (consul-k8s -enable-ingress)")
+	fs.BoolVar(&c.IngressLBIPs, "loadbalancer-ips", false, "with --enable-ingress: register the Ingress's load balancer IP instead of the rule's host (consul-k8s -loadBalancer-ips)")
+	fs.BoolVar(&c.ConsulK8sMeta, "consul-k8s-meta", false, "also write consul-k8s's service meta keys (external-k8s-ns, external-k8s-ref-kind, external-k8s-ref-name, external-k8s-node-name, external-k8s-topology-zone, port-<name>) next to fleetsync's k8s-* keys, for consul-template and prepared queries written for consul-k8s")
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (jittered, spread over the period) and repairs drift (0: off)")
@@ -171,6 +183,14 @@ func (c *config) validate() error {
 	case worker.TerminatingWarning, worker.TerminatingCritical, worker.TerminatingDrop:
 	default:
 		return fmt.Errorf("--terminating=%q: must be warning, critical or drop", c.Terminating)
+	}
+	switch worker.NodePortSyncType(c.NodePortSyncType) {
+	case worker.ExternalFirst, worker.ExternalOnly, worker.InternalOnly:
+	default:
+		return fmt.Errorf("--node-port-sync-type=%q: must be ExternalFirst, ExternalOnly or InternalOnly", c.NodePortSyncType)
+	}
+	if c.IngressLBIPs && !c.EnableIngress {
+		return errors.New("--loadbalancer-ips needs --enable-ingress")
 	}
 	if c.ConsulNodes < 1 || c.ConsulNodes > ownership.MaxNodes {
 		return fmt.Errorf("--consul-nodes=%d: must be between 1 and %d", c.ConsulNodes, ownership.MaxNodes)

@@ -80,14 +80,18 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 
 	reserved := &supervisor.ReservedTags{}
 	sup := supervisor.New(supervisor.Options{
-		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values},
+		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values, SkipClusterIP: !cfg.SyncClusterIP},
 		Worker: worker.Config{
 			Cluster: cluster, DefaultWindow: cfg.Window, ServicePrefix: cfg.ServicePrefix,
 			AddNamespaceSuffix: cfg.AddNamespaceSuffix, K8sTag: cfg.K8sTag,
 			Terminating: worker.TerminatingPolicy(cfg.Terminating), RegisterNotReady: cfg.RegisterNotReady,
-			ReservedTag: reserved.Lookup,
+			ReservedTag:  reserved.Lookup,
+			NodePortSync: worker.NodePortSyncType(cfg.NodePortSyncType), SyncLoadBalancerEndpoints: cfg.SyncLBEndpoints,
+			EnableIngress: cfg.EnableIngress, IngressLoadBalancerIPs: cfg.IngressLBIPs, ConsulK8sMeta: cfg.ConsulK8sMeta,
 		},
-		Watcher:           k8s.NewWatcher(kube, cfg.Resync, log.Named("k8s")),
+		Watcher: k8s.NewWatcherWith(kube, k8s.WatcherOptions{
+			Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"),
+		}),
 		Store:             store,
 		Reporter:          recorder,
 		Log:               log,

@@ -54,6 +54,11 @@ sync:
   k8sTag: ""
   terminating: drop
   registerNotReady: true
+  nodePortSyncType: InternalOnly
+  syncClusterIPServices: false
+  syncLoadBalancerEndpoints: true
+  ingress: {enabled: true, loadBalancerIPs: true}
+  consulK8sMeta: true
 writeBudget: {maxWritesPerSecond: 50, burst: 20, maxInflight: 4}
 log: {level: debug, json: false}
 metrics:
@@ -247,7 +252,9 @@ func TestHelmTemplateValues(t *testing.T) {
 	c := pod.Spec.Containers[0]
 	for _, a := range []string{"--cluster-id=prod-eu-1", "--default-sync=true", "--allow-namespace=team-*,shop", "--deny-namespace=",
 		"--window=250ms", "--service-prefix=k8s-", "--add-namespace-suffix=true", "--k8s-tag=", "--terminating=drop",
-		"--register-not-ready=true", "--consul-max-writes-per-second=50", "--consul-write-burst=20", "--consul-max-inflight=4", "--consul-nodes=16",
+		"--register-not-ready=true", "--node-port-sync-type=InternalOnly", "--sync-clusterip-services=false",
+		"--sync-lb-services-endpoints=true", "--enable-ingress=true", "--loadbalancer-ips=true", "--consul-k8s-meta=true",
+		"--consul-max-writes-per-second=50", "--consul-write-burst=20", "--consul-max-inflight=4", "--consul-nodes=16",
 		"--metrics-per-worker=top-50", "--http-addr=:9090", "--shutdown-timeout=20s", "--log-level=debug", "--log-json=false",
 		"--shards=8", "--lease-namespace=fleetsync", "--replica-id=$(POD_NAME)", "--lease-duration=20s", "--lease-renew-deadline=12s",
 		"--lease-retry-period=3s", "--informer-resync=10m"} {

@@ -44,7 +44,7 @@ func TestChartRBACIsSufficient(t *testing.T) {
 	kubeconfig := saKubeconfig(t, ns, sa)
 
 	d, err := fixture.StartDaemon(ctx, fixture.DaemonConfig{ClusterID: cluster, Kubeconfig: kubeconfig, ConsulAddr: consul.Addr,
-		Namespaces: []string{appNS}, Name: "fleetsync-rbac"})
+		Namespaces: []string{appNS}, Name: "fleetsync-rbac", Args: []string{"--enable-ingress"}})
 	must(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -281,6 +281,10 @@ func checkAccess(t *testing.T, ns, sa, appNS string, sharded bool) {
 		{"watch", "", "services", "", "", true},
 		{"list", "discovery.k8s.io", "endpointslices", "", "", true},
 		{"watch", "discovery.k8s.io", "endpointslices", "", "", true},
+		{"list", "", "nodes", "", "", true},
+		{"watch", "", "nodes", "", "", true},
+		{"list", "networking.k8s.io", "ingresses", "", "", true},
+		{"watch", "networking.k8s.io", "ingresses", "", "", true},
 		{"create", "", "events", appNS, "", true},
 		{"patch", "", "events", appNS, "", true},
 		{"get", "", "namespaces", "", "kube-system", true},
@@ -288,6 +292,13 @@ func checkAccess(t *testing.T, ns, sa, appNS string, sharded bool) {
 		{"get", "", "services", appNS, "web", false},
 		{"update", "", "services", appNS, "web", false},
 		{"delete", "discovery.k8s.io", "endpointslices", appNS, "", false},
+		{"get", "", "nodes", "", "", false},
+		{"update", "", "nodes", "", "", false},
+		{"patch", "", "nodes", "", "", false},
+		{"update", "", "nodes/status", "", "", false},
+		{"get", "networking.k8s.io", "ingresses", appNS, "", false},
+		{"update", "networking.k8s.io", "ingresses", appNS, "", false},
+		{"update", "", "services/status", appNS, "", false},
 		{"list", "", "endpoints", "", "", false},
 		{"list", "", "pods", "", "", false},
 		{"list", "", "secrets", "", "", false},

@@ -10,6 +10,12 @@
 - {{ print "--k8s-tag=" .Values.sync.k8sTag | toJson }}
 - {{ print "--terminating=" .Values.sync.terminating | toJson }}
 - {{ print "--register-not-ready=" .Values.sync.registerNotReady | toJson }}
+- {{ print "--node-port-sync-type=" .Values.sync.nodePortSyncType | toJson }}
+- {{ print "--sync-clusterip-services=" .Values.sync.syncClusterIPServices | toJson }}
+- {{ print "--sync-lb-services-endpoints=" .Values.sync.syncLoadBalancerEndpoints | toJson }}
+- {{ print "--enable-ingress=" .Values.sync.ingress.enabled | toJson }}
+- {{ print "--loadbalancer-ips=" .Values.sync.ingress.loadBalancerIPs | toJson }}
+- {{ print "--consul-k8s-meta=" .Values.sync.consulK8sMeta | toJson }}
 - {{ print "--consul-max-writes-per-second=" .Values.writeBudget.maxWritesPerSecond | toJson }}
 - {{ print "--consul-write-burst=" (int .Values.writeBudget.burst) | toJson }}
 - {{ print "--consul-max-inflight=" (int .Values.writeBudget.maxInflight) | toJson }}
