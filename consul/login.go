@@ -142,7 +142,7 @@ func (ts *TokenSource) loginLocked(ctx context.Context) error {
 	if err != nil {
 		var se api.StatusError
 		if errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
-			return fmt.Errorf("%w: auth method %q refused the bearer token from %s (%d %s): check that the auth method exists, that it can review tokens (its Kubernetes host, CA and reviewer token; the reviewer needs system:auth-delegator) and that a binding rule selects this ServiceAccount",
+			return fmt.Errorf("%w: auth method %q refused the bearer token from %s (%d %s): check that the auth method exists, that it can review tokens (its Kubernetes host, CA and reviewer token; the reviewer needs system:auth-delegator and get on serviceaccounts) and that a binding rule selects this ServiceAccount",
 				ErrLogin, l.cfg.AuthMethod, l.cfg.BearerTokenFile, se.Code, se.Body)
 		}
 		return fmt.Errorf("consul login with auth method %q: %w", l.cfg.AuthMethod, err)

@@ -156,6 +156,6 @@ func (cc *consulConn) permissionError(cfg config, what string, err error) error 
 	if cc.login {
 		from = fmt.Sprintf("the token of auth method %q (accessor %s; its policies come from the auth method's binding rules)", cfg.LoginAuthMethod, cc.tokens.Accessor())
 	}
-	return fmt.Errorf("%s: Consul refused %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")",
+	return fmt.Errorf("%s: Consul refused it for lack of ACL permission of %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")",
 		what, from, err, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/", cfg.ClusterID, cfg.ClusterID)
 }
