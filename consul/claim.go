@@ -65,6 +65,7 @@ type Claim struct {
 	value   ClaimValue
 	ttl     time.Duration
 	timeout time.Duration
+	scope   Scope
 	log     hclog.Logger
 	done    chan struct{}
 	stopped chan struct{}
@@ -104,6 +105,9 @@ type ClaimOptions struct {
 	// (default min(TTL/2, 5s)).
 	CheckInterval time.Duration
 	Log           hclog.Logger
+	// Scope puts the key and its session in a namespace and partition
+	// (Consul Enterprise; see Scope).
+	Scope Scope
 }
 
 // ClaimClusterID claims opts.ClusterID for opts.KubeUID or explains who has
@@ -125,7 +129,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 		opts.Log = hclog.NewNullLogger()
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
-	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log,
+	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.normal(),
 		done: make(chan struct{}), stopped: make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
 	cl.state.Store(&claimState{})
@@ -149,7 +153,7 @@ func (cl *Claim) newSession(ctx context.Context) error {
 	session, _, err := cl.api.Session().Create(&api.SessionEntry{
 		Name: "fleetsync " + cl.value.ClusterID + " " + cl.value.Holder, TTL: cl.ttl.String(),
 		Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
-	}, (&api.WriteOptions{}).WithContext(rctx))
+	}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
 	if err != nil {
 		return fmt.Errorf("claim cluster id %q: create consul session: %w", cl.value.ClusterID, err)
 	}
@@ -160,7 +164,7 @@ func (cl *Claim) newSession(ctx context.Context) error {
 func (cl *Claim) destroySession() {
 	ctx, cancel := context.WithTimeout(context.Background(), cl.timeout)
 	defer cancel()
-	if _, err := cl.api.Session().Destroy(cl.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+	if _, err := cl.api.Session().Destroy(cl.session, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		cl.log.Warn("Cannot release the cluster-id claim session", "error", err)
 	}
 }
@@ -189,7 +193,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 				}
 				cl.log.Warn("Taking over a cluster id claimed by another Kubernetes cluster", "key", cl.key, "previous_kube_uid", have.KubeUID, "previous_holder", have.Holder)
 				rctx, cancel := context.WithTimeout(ctx, cl.timeout)
-				_, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, (&api.WriteOptions{}).WithContext(rctx))
+				_, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
 				cancel()
 				if err != nil {
 					return fmt.Errorf("claim cluster id %q: take over %s: %w", cl.value.ClusterID, cl.key, err)
@@ -207,7 +211,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, cl.timeout)
-		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, (&api.WriteOptions{}).WithContext(rctx))
+		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("claim cluster id %q: lock %s: %w", cl.value.ClusterID, cl.key, err)
@@ -223,7 +227,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
 	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
-	pair, _, err := cl.api.KV().Get(cl.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
+	pair, _, err := cl.api.KV().Get(cl.key, cl.scope.kvQuery(&api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
 	if err != nil {
 		return nil, fmt.Errorf("claim cluster id %q: read %s: %w", cl.value.ClusterID, cl.key, err)
 	}
@@ -237,7 +241,8 @@ func (cl *Claim) Op() (*api.TxnOp, error) {
 	if st.lost != "" {
 		return nil, &ClaimLostError{Msg: st.lost}
 	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index}}, nil
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index,
+		Namespace: cl.scope.Namespace, Partition: cl.scope.Partition}}, nil
 }
 
 // Failed re-checks the claim after a transaction's guard op failed.
@@ -342,7 +347,7 @@ func (cl *Claim) renew(ctx context.Context) {
 func (cl *Claim) renewLocked(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
-	entry, _, err := cl.api.Session().Renew(cl.session, (&api.WriteOptions{}).WithContext(rctx))
+	entry, _, err := cl.api.Session().Renew(cl.session, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
 	if err != nil {
 		if ctx.Err() == nil {
 			cl.log.Warn("Cannot renew the cluster-id claim session", "error", err)

@@ -100,6 +100,9 @@ type Options struct {
 	// Guard, when set, makes every transaction conditional on it (the
 	// cluster-id claim; see Guard).
 	Guard Guard
+	// Scope is the namespace and partition of every op and read
+	// (Consul Enterprise; the zero Scope is Consul OSS's).
+	Scope Scope
 }
 
 // Guard makes every transaction conditional on something outside the
@@ -216,7 +219,7 @@ func (c *Client) Nodes(ctx context.Context) ([]string, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
+	q := c.opts.Scope.nodeQuery(&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
 	list, _, err := c.api.CatalogNodes(q)
 	if err != nil {
 		return nil, fmt.Errorf("list the nodes of %s: %w", c.owner.Node().Name, c.ctxErr(ctx, err))
@@ -254,7 +257,7 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{Filter: svcFilter}).WithContext(rctx)
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: svcFilter}).WithContext(rctx)
 	list, _, err := c.api.NodeServiceList(node, q)
 	if err != nil {
 		return nil, fmt.Errorf("read services of node %s: %w", node, c.ctxErr(ctx, err))
@@ -262,18 +265,18 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	if list == nil || len(list.Services) == 0 {
 		return nil, nil
 	}
-	q = (&api.QueryOptions{Filter: checkFilter}).WithContext(rctx)
+	q = c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: checkFilter}).WithContext(rctx)
 	checks, _, err := c.api.HealthNode(node, q)
 	if err != nil {
 		return nil, fmt.Errorf("read checks of node %s: %w", node, c.ctxErr(ctx, err))
 	}
 	byID := make(map[string]*api.HealthCheck, len(checks))
 	for _, hc := range checks {
-		byID[hc.CheckID] = hc
+		byID[hc.Namespace+"/"+hc.CheckID] = hc
 	}
 	out := make([]Registered, 0, len(list.Services))
 	for _, s := range list.Services {
-		out = append(out, fromAPI(node, s, byID[CheckID(s.ID)]))
+		out = append(out, fromAPI(node, s, byID[s.Namespace+"/"+CheckID(s.ID)]))
 	}
 	return out, nil
 }
@@ -290,6 +293,7 @@ func fromAPI(node string, s *api.AgentService, hc *api.HealthCheck) Registered {
 			Meta:    s.Meta,
 		},
 		Node:         node,
+		Namespace:    s.Namespace,
 		ServiceIndex: s.ModifyIndex,
 	}
 	if len(r.Tags) == 0 {
@@ -327,7 +331,7 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
 	entries, _, err := c.api.HealthService(name, q)
 	if err != nil {
 		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))

@@ -32,7 +32,7 @@ func (c *Client) ClusterIDs(ctx context.Context) ([]string, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{NodeMeta: map[string]string{nodeMetaExternalSource: externalSourceK8s}}).WithContext(rctx)
+	q := c.opts.Scope.nodeQuery(&api.QueryOptions{NodeMeta: map[string]string{nodeMetaExternalSource: externalSourceK8s}}).WithContext(rctx)
 	nodes, _, err := c.api.CatalogNodes(q)
 	if err != nil {
 		return nil, fmt.Errorf("list the nodes of Kubernetes clusters (node meta %s=%s): %w", nodeMetaExternalSource, externalSourceK8s, c.ctxErr(ctx, err))

@@ -131,7 +131,7 @@ func (c *Client) NodeIndex(ctx context.Context, node string) (uint64, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := (&api.QueryOptions{Filter: `ID == "" and ID != ""`}).WithContext(rctx)
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: `ID == "" and ID != ""`}).WithContext(rctx)
 	_, meta, err := c.api.NodeServiceList(node, q)
 	if err != nil {
 		return 0, fmt.Errorf("read the index of node %s: %w", node, c.ctxErr(ctx, err))
@@ -173,7 +173,7 @@ func (c *Client) ReadNodes(ctx context.Context) (NodesView, error) {
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	first := c.owner.Node().Name
-	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
+	q := c.opts.Scope.nodeQuery(&api.QueryOptions{Filter: fmt.Sprintf("Node == %q or Node matches %q", first, "^"+regexp.QuoteMeta(first)+`\.[0-9]+$`)}).WithContext(rctx)
 	list, meta, err := c.api.CatalogNodes(q)
 	if err != nil {
 		return NodesView{}, fmt.Errorf("list the nodes named like %s: %w", first, c.ctxErr(ctx, err))
@@ -291,6 +291,7 @@ func (c *Client) nodeOps(ctx context.Context, names []string) (ops api.TxnOps, d
 			want := c.owner.NodeNamed(name)
 			ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
 				Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: n.ModifyIndex, // 0: create only if absent
+				Partition: c.opts.Scope.normal().Partition,
 			}}})
 		}
 		return ops, done, nil

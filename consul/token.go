@@ -1,8 +1,10 @@
 package consul
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -21,6 +23,8 @@ type TokenSource struct {
 	path  string
 	token atomic.Value // string
 	log   hclog.Logger
+	// login, when set, is where the token comes from (see UseLogin).
+	login *login
 }
 
 // NewTokenSource returns a source with a fixed token, or, when path is set,
@@ -55,7 +59,7 @@ func (ts *TokenSource) Token() string { return ts.token.Load().(string) }
 // Watch re-reads the token file every interval until ctx is done (no-op
 // without a file). A read error keeps the previous token.
 func (ts *TokenSource) Watch(ctx context.Context, interval time.Duration) {
-	if ts.path == "" {
+	if ts.path == "" || ts.login != nil {
 		<-ctx.Done()
 		return
 	}
@@ -88,7 +92,50 @@ type tokenTransport struct {
 }
 
 func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path == loginPath {
+		// A login carries the bearer token in its body, no ACL token.
+		r := req.Clone(req.Context())
+		r.Header.Del("X-Consul-Token")
+		return t.base.RoundTrip(r)
+	}
 	tok := t.ts.Token()
+	resp, err := t.send(req, tok)
+	l := t.ts.login
+	if err != nil || l == nil || resp.StatusCode != http.StatusForbidden || req.URL.Path == logoutPath {
+		if err == nil && l != nil && resp.StatusCode < 300 {
+			l.sawOK.Store(true)
+		}
+		return resp, err
+	}
+	if !aclNotFound(resp) {
+		return resp, nil
+	}
+	// The token is gone (deleted, expired): log in again (once for all
+	// requests that saw it, never more often than the backoff allows) and
+	// send the request again with the new token.
+	if lerr := t.ts.relogin(req.Context(), tok); lerr != nil {
+		return resp, nil
+	}
+	if req.Body != nil && req.GetBody == nil {
+		return resp, nil
+	}
+	r := req.Clone(req.Context())
+	if req.GetBody != nil {
+		b, gerr := req.GetBody()
+		if gerr != nil {
+			return resp, nil
+		}
+		r.Body = b
+	}
+	resp.Body.Close()
+	resp, err = t.send(r, t.ts.Token())
+	if err == nil && resp.StatusCode < 300 {
+		l.sawOK.Store(true)
+	}
+	return resp, err
+}
+
+func (t tokenTransport) send(req *http.Request, tok string) (*http.Response, error) {
 	if tok == "" {
 		return t.base.RoundTrip(req)
 	}
@@ -97,15 +144,40 @@ func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// aclNotFound reports a 403 "ACL not found" (the token does not exist, or
+// expired), keeping the body readable.
+func aclNotFound(resp *http.Response) bool {
+	if resp.Body == nil {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return strings.Contains(string(b), "ACL not found")
+}
+
 // NewAPIClient builds a consul/api client whose requests carry ts's token
-// and use cfg's TLS settings.
-func NewAPIClient(cfg *api.Config, ts *TokenSource) (*api.Client, error) {
+// and use cfg's TLS settings; with servers (nil: cfg.Address alone) they go
+// to one of several addresses and fail over (see Servers).
+func NewAPIClient(cfg *api.Config, ts *TokenSource, servers ...*Servers) (*api.Client, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = api.DefaultConfig().Transport
 	}
 	hc, err := api.NewHttpClient(cfg.Transport, cfg.TLSConfig)
 	if err != nil {
 		return nil, fmt.Errorf("consul TLS configuration: %w", err)
+	}
+	if len(servers) > 0 && servers[0] != nil {
+		s := servers[0]
+		if name := s.ResolvedName(); name != "" {
+			if t, ok := hc.Transport.(*http.Transport); ok && t.TLSClientConfig != nil && t.TLSClientConfig.ServerName == "" {
+				// Requests go to the name's addresses: the
+				// certificate is still the name's.
+				t.TLSClientConfig.ServerName = name
+			}
+		}
+		hc.Transport = s.Transport(hc.Transport)
+		cfg.Address = s.Current()
 	}
 	hc.Transport = ts.Transport(hc.Transport)
 	cfg.HttpClient = hc

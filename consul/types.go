@@ -61,6 +61,7 @@ func (a Instance) Equal(b Instance) bool {
 type Registered struct {
 	Instance
 	Node         string
+	Namespace    string // Consul namespace (Enterprise; "" for the default)
 	ServiceIndex uint64 // ModifyIndex of the service entry
 	CheckIndex   uint64 // ModifyIndex of the readiness check; 0 if it has none
 	HasCheck     bool

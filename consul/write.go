@@ -139,7 +139,8 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		}
 		del := &api.TxnOp{Service: &api.ServiceTxnOp{
 			Verb: api.ServiceDeleteCAS, Node: r.Node,
-			Service: api.AgentService{ID: r.ID, Service: r.Name, ModifyIndex: r.ServiceIndex},
+			Service: api.AgentService{ID: r.ID, Service: r.Name, ModifyIndex: r.ServiceIndex,
+				Namespace: c.namespaceOf(r), Partition: c.opts.Scope.normal().Partition},
 		}}
 		if registering[r.ID] {
 			moving[r.ID] = del
@@ -202,6 +203,7 @@ func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
 		Service: api.AgentService{
 			ID: in.ID, Service: in.Name, Address: in.Address, Port: in.Port,
 			Tags: in.Tags, Meta: in.Meta, ModifyIndex: index, Weights: weights(in.Weight),
+			Namespace: c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.normal().Partition,
 		},
 	}}
 }
@@ -214,6 +216,7 @@ func (c *Client) checkOp(node string, in Instance, index uint64) *api.TxnOp {
 			Status: in.Check.Status, Output: in.Check.Output,
 			ServiceID: in.ID, ServiceName: in.Name, Type: "kubernetes",
 			ModifyIndex: index,
+			Namespace:   c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.normal().Partition,
 		},
 	}}
 }
@@ -287,7 +290,7 @@ func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, 
 	start := time.Now()
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	ok, resp, _, err := c.api.Txn(ops, (&api.QueryOptions{}).WithContext(rctx))
+	ok, resp, _, err := c.api.Txn(ops, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
 	if err == nil && !ok {
 		err = txnError(resp)
 	}
@@ -344,7 +347,7 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			done.Deleted = append(done.Deleted, g.have.ID)
 			continue
 		}
-		r := Registered{Instance: g.want, Node: g.node, HasCheck: true}
+		r := Registered{Instance: g.want, Node: g.node, HasCheck: true, Namespace: c.opts.Scope.NamespaceOf(g.want)}
 		if g.have != nil {
 			r.ServiceIndex, r.CheckIndex = g.have.ServiceIndex, g.have.CheckIndex
 		}
@@ -485,4 +488,13 @@ func weightOf(w api.AgentWeights) int {
 		return 0
 	}
 	return w.Passing
+}
+
+// namespaceOf is the namespace of an entry read: where Consul said it is,
+// else where the scope puts it.
+func (c *Client) namespaceOf(r Registered) string {
+	if r.Namespace != "" && r.Namespace != "default" {
+		return r.Namespace
+	}
+	return c.opts.Scope.NamespaceOf(r.Instance)
 }

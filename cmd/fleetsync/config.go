@@ -20,7 +20,7 @@ type config struct {
 	KubeContext     string
 	KubeQPS         float64
 	KubeBurst       int
-	ConsulAddr      string
+	ConsulAddr      stringList
 	ConsulToken     string
 	ConsulTokenFile string
 	ConsulCACert    string
@@ -29,6 +29,16 @@ type config struct {
 	ConsulTLSName   string
 	ConsulSSL       bool
 	ConsulNodes     int
+
+	ConsulDatacenter     string
+	ConsulNamespace      string
+	ConsulPartition      string
+	MirrorNamespaces     bool
+	MirrorPrefix         string
+	LoginAuthMethod      string
+	LoginBearerTokenFile string
+	LoginMeta            stringList
+	LoginDatacenter      string
 
 	DefaultSync        bool
 	AllowNamespaces    stringList
@@ -101,7 +111,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KubeContext, "context", "", "kubeconfig context to use")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 20, "requests per second to the Kubernetes API (client-side limit; lease renewals and Events count, informers' watches do not)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 40, "burst allowed above --kube-api-qps")
-	fs.StringVar(&c.ConsulAddr, "consul-address", "", "Consul HTTP address (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
+	fs.Var(&c.ConsulAddr, "consul-address", "Consul HTTP address, [http(s)://]host:port (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500); repeatable or comma-separated for several servers: requests go to one and fail over to the next on a connection error, a timeout or a server without a leader; one host name that resolves to several addresses (a headless Service) is expanded and resolved again when a connection fails")
 	fs.StringVar(&c.ConsulToken, "consul-token", "", "Consul ACL token (prefer --consul-token-file; default $CONSUL_HTTP_TOKEN)")
 	fs.StringVar(&c.ConsulTokenFile, "consul-token-file", "", "file holding the Consul ACL token (default $CONSUL_HTTP_TOKEN_FILE)")
 	fs.StringVar(&c.ConsulCACert, "consul-ca-file", "", "CA bundle to verify Consul's TLS certificate (default $CONSUL_CACERT)")
@@ -109,6 +119,15 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulKey, "consul-client-key", "", "client key for Consul mTLS (default $CONSUL_CLIENT_KEY)")
 	fs.StringVar(&c.ConsulTLSName, "consul-tls-server-name", "", "server name to verify in Consul's certificate (default $CONSUL_TLS_SERVER_NAME)")
 	fs.BoolVar(&c.ConsulSSL, "consul-ssl", false, "talk HTTPS to Consul (default $CONSUL_HTTP_SSL)")
+	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter of every read and write (default $CONSUL_DATACENTER, else the agent's or server's own)")
+	fs.StringVar(&c.ConsulNamespace, "consul-namespace", "", "Consul Enterprise namespace of every instance, read and claim key (default $CONSUL_NAMESPACE; '' or 'default': none; Consul OSS refuses any other at start)")
+	fs.StringVar(&c.ConsulPartition, "consul-partition", "", "Consul Enterprise admin partition of every node, instance, read and claim key (default $CONSUL_PARTITION; '' or 'default': none)")
+	fs.BoolVar(&c.MirrorNamespaces, "enable-k8s-namespace-mirroring", false, "Consul Enterprise: put each instance in the Consul namespace named like its Kubernetes namespace (with --k8s-namespace-mirroring-prefix), as consul-k8s's flag of that name")
+	fs.StringVar(&c.MirrorPrefix, "k8s-namespace-mirroring-prefix", "", "prefix of the mirrored Consul namespace names (with --enable-k8s-namespace-mirroring)")
+	fs.StringVar(&c.LoginAuthMethod, "consul-login-auth-method", "", "log in to Consul with this auth method (a Kubernetes one, e.g. consul-k8s's <release>-consul-k8s-component-auth-method) instead of a static token: the login token is renewed by logging in again when Consul no longer knows it, and logged out on shutdown")
+	fs.StringVar(&c.LoginBearerTokenFile, "consul-login-bearer-token-file", consul.DefaultBearerTokenFile, "bearer token to log in with (the pod's ServiceAccount token; read again before every login)")
+	fs.Var(&c.LoginMeta, "consul-login-meta", "key=value meta put on the login token (repeatable or comma-separated; e.g. pod=<namespace>/<name>)")
+	fs.StringVar(&c.LoginDatacenter, "consul-login-datacenter", "", "datacenter of the auth method (default --consul-datacenter): a global token from another datacenter's auth method")
 
 	fs.BoolVar(&c.DefaultSync, "default-sync", false, "sync Services without the "+worker.AnnotationSync+" annotation")
 	c.AllowNamespaces = stringList{values: []string{"*"}}
@@ -226,8 +245,36 @@ func (c *config) validate() error {
 	if c.ConsulGrace <= 0 {
 		return fmt.Errorf("--consul-unreachable-grace=%s: must be positive", c.ConsulGrace)
 	}
+	if _, err := c.loginMeta(); err != nil {
+		return err
+	}
+	if c.LoginAuthMethod != "" && (c.ConsulToken != "" || c.ConsulTokenFile != "") {
+		return errors.New("--consul-login-auth-method and --consul-token/--consul-token-file: choose one (the login token replaces the static one)")
+	}
+	if c.MirrorPrefix != "" && !c.MirrorNamespaces {
+		return fmt.Errorf("--k8s-namespace-mirroring-prefix=%q needs --enable-k8s-namespace-mirroring", c.MirrorPrefix)
+	}
+	if c.MirrorNamespaces && c.ConsulNamespace != "" && c.ConsulNamespace != "default" {
+		return fmt.Errorf("--consul-namespace=%q and --enable-k8s-namespace-mirroring: choose one (mirroring names each instance's namespace after its Kubernetes namespace)", c.ConsulNamespace)
+	}
 	if c.K8sTag != "" && c.K8sTag == c.ClusterID {
 		return fmt.Errorf("--k8s-tag=%q: must differ from the cluster id", c.K8sTag)
 	}
 	return nil
+}
+
+// loginMeta parses --consul-login-meta.
+func (c *config) loginMeta() (map[string]string, error) {
+	if len(c.LoginMeta.values) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(c.LoginMeta.values))
+	for _, kv := range c.LoginMeta.values {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("--consul-login-meta=%q: want key=value", kv)
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m, nil
 }

@@ -120,8 +120,11 @@ func TestConfigurationDoc(t *testing.T) {
 		"a flag on the command line wins over the variable. Repeatable flags take a comma-separated list\n" +
 		"from the variable. Consul's own variables (`CONSUL_HTTP_ADDR`, `CONSUL_HTTP_TOKEN`,\n" +
 		"`CONSUL_HTTP_TOKEN_FILE`, `CONSUL_CACERT`, `CONSUL_CLIENT_CERT`, `CONSUL_CLIENT_KEY`,\n" +
-		"`CONSUL_TLS_SERVER_NAME`, `CONSUL_HTTP_SSL`) are read as consul/api reads them; the `--consul-*`\n" +
-		"flags override them. Kubernetes access: in-cluster config, else `--kubeconfig`, `$KUBECONFIG`,\n" +
+		"`CONSUL_TLS_SERVER_NAME`, `CONSUL_HTTP_SSL`) are read as consul/api reads them, and\n" +
+		"`CONSUL_DATACENTER`, `CONSUL_NAMESPACE`, `CONSUL_PARTITION` are the defaults of `--consul-datacenter`,\n" +
+		"`--consul-namespace` and `--consul-partition`; the `--consul-*` flags override them. With\n" +
+		"`--consul-login-auth-method`, `CONSUL_HTTP_TOKEN` and `CONSUL_HTTP_TOKEN_FILE` are ignored.\n" +
+		"Kubernetes access: in-cluster config, else `--kubeconfig`, `$KUBECONFIG`,\n" +
 		"`~/.kube/config` (client-go's loading rules).\n\n" +
 		"| flag | environment variable | default | meaning |\n|---|---|---|---|\n")
 	fs.VisitAll(func(f *flag.Flag) {

@@ -50,17 +50,14 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	ccfg := consulConfig(cfg)
-	for _, w := range insecureTLSWarnings(ccfg) {
-		log.Warn("Insecure Consul connection", "problem", w)
-	}
-	tokens, err := consul.NewTokenSource(ccfg.Token, ccfg.TokenFile, log.Named("consul-token"))
+	conn, err := newConsulConn(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	capi, err := consul.NewAPIClient(ccfg, tokens)
-	if err != nil {
-		return fmt.Errorf("consul client: %w", err)
+	ccfg, tokens, capi := conn.cfg, conn.tokens, conn.api
+	defer conn.logout(log)
+	for _, w := range insecureTLSWarnings(ccfg) {
+		log.Warn("Insecure Consul connection", "problem", w)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -71,6 +68,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Observe:        metrics.ObserveTxn,
 		ObserveWait:    metrics.ObserveWait,
 		RequestTimeout: cfg.ConsulTimeout,
+		Scope:          conn.scope,
 	})
 	health := consul.NewHealth(capi, nil)
 	health.Timeout = cfg.ConsulTimeout
@@ -121,7 +119,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: newMux(sup, reg, ready, cfg), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", ccfg.Address, "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
+	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.servers.Addresses(), ","), "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
+		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", ccfg.Datacenter, "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,
 		"gc_percent", mem.GCPercent, "memory_limit_bytes", mem.Limit)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -146,17 +145,25 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return nil
 	})
 	g.Go(func() error {
-		reserved.Run(gctx, 30*time.Second, store.ClusterIDs, sup.NotifyAll, log.Named("clusters"))
-		return nil
-	})
-	g.Go(func() error {
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
+		// Log in and check the namespace and partition before anything
+		// reads or writes; an error here is final (the flags are wrong).
+		if err := conn.start(gctx, store, log.Named("consul")); err != nil || gctx.Err() != nil {
+			return err
+		}
+		g.Go(func() error {
+			reserved.Run(gctx, 30*time.Second, store.ClusterIDs, sup.NotifyAll, log.Named("clusters"))
+			return nil
+		})
 		if cfg.Claim {
-			claim, err := claimClusterID(gctx, cfg, kube, capi, log)
+			claim, err := claimClusterID(gctx, cfg, kube, capi, conn.scope, log)
+			if consul.IsPermissionDenied(err) {
+				return conn.permissionError(cfg, "claim the cluster id", err)
+			}
 			if err != nil || claim == nil {
 				return err // refused, or stopping
 			}
@@ -191,8 +198,15 @@ func kubeConfig(cfg config) (*rest.Config, error) {
 // and applies the flags that were set.
 func consulConfig(cfg config) *consulapi.Config {
 	c := consulapi.DefaultConfig()
-	if cfg.ConsulAddr != "" {
-		c.Address = cfg.ConsulAddr
+	if len(cfg.ConsulAddr.values) > 0 {
+		c.Address = cfg.ConsulAddr.values[0]
+	}
+	// The namespace and partition go on each op and read (consul.Scope),
+	// not on every request of the client (logins, sessions, status).
+	c.Namespace, c.Partition = "", ""
+	c.Datacenter = cfg.ConsulDatacenter
+	if c.Datacenter == "" {
+		c.Datacenter = os.Getenv("CONSUL_DATACENTER")
 	}
 	if cfg.ConsulToken != "" {
 		c.Token = cfg.ConsulToken
@@ -221,7 +235,7 @@ func consulConfig(cfg config) *consulapi.Config {
 // claimClusterID claims the cluster id before anything is written, retrying
 // while Kubernetes or Consul cannot be reached. It returns an error only when
 // another Kubernetes cluster has the id, and nil, nil when ctx ends first.
-func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, capi *consulapi.Client, log hclog.Logger) (*consul.Claim, error) {
+func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, capi *consulapi.Client, scope consul.Scope, log hclog.Logger) (*consul.Claim, error) {
 	holder, _ := os.Hostname()
 	backoff := 500 * time.Millisecond
 	for {
@@ -230,13 +244,13 @@ func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, 
 			var claim *consul.Claim
 			claim, err = consul.ClaimClusterID(ctx, capi, consul.ClaimOptions{
 				Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, KubeUID: uid, Holder: holder,
-				Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout,
+				Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
 			})
 			if err == nil {
 				return claim, nil
 			}
-			if errors.Is(err, consul.ErrClaimedByOther) {
-				return nil, err
+			if errors.Is(err, consul.ErrClaimedByOther) || consul.IsPermissionDenied(err) {
+				return nil, err // no retry mends these
 			}
 		}
 		if ctx.Err() != nil {

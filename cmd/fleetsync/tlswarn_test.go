@@ -65,7 +65,7 @@ func TestInsecureTLSWarningsFromEnvironment(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			t.Setenv("CONSUL_HTTP_SSL", "true")
 			t.Setenv("CONSUL_HTTP_SSL_VERIFY", v)
-			got := insecureTLSWarnings(consulConfig(config{ConsulAddr: "consul.example.com:8501"}))
+			got := insecureTLSWarnings(consulConfig(config{ConsulAddr: stringList{values: []string{"consul.example.com:8501"}}}))
 			if len(got) != 1 || !strings.Contains(got[0], "CONSUL_HTTP_SSL_VERIFY") || !strings.Contains(got[0], "consul.example.com:8501") {
 				t.Errorf("CONSUL_HTTP_SSL_VERIFY=%s: warnings %q, want one naming the variable and the address", v, got)
 			}
@@ -74,13 +74,13 @@ func TestInsecureTLSWarningsFromEnvironment(t *testing.T) {
 	t.Run("true", func(t *testing.T) {
 		t.Setenv("CONSUL_HTTP_SSL", "true")
 		t.Setenv("CONSUL_HTTP_SSL_VERIFY", "true")
-		if got := insecureTLSWarnings(consulConfig(config{ConsulAddr: "consul.example.com:8501"})); len(got) != 0 {
+		if got := insecureTLSWarnings(consulConfig(config{ConsulAddr: stringList{values: []string{"consul.example.com:8501"}}})); len(got) != 0 {
 			t.Errorf("verified https: warnings %q", got)
 		}
 	})
 	t.Run("after NewClient", func(t *testing.T) {
 		t.Setenv("CONSUL_HTTP_SSL_VERIFY", "false")
-		cfg := consulConfig(config{ConsulAddr: "https://consul.example.com:8501", ConsulToken: "t"})
+		cfg := consulConfig(config{ConsulAddr: stringList{values: []string{"https://consul.example.com:8501"}}, ConsulToken: "t"})
 		if _, err := consulapi.NewClient(cfg); err != nil {
 			t.Fatal(err)
 		}

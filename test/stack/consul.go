@@ -33,6 +33,10 @@ type ConsulOptions struct {
 	// Client, metrics, snapshots), for agents started with ACLs on and a
 	// deny default.
 	Token string
+	// ACL starts every agent with ACLs on and a deny default, Token (a
+	// random UUID when empty) as the initial management token and as the
+	// agents' own token. Consul.Token holds it.
+	ACL bool
 	// Servers picks the kind of Consul. 0 (the default) is one `consul
 	// agent -dev`: in-memory, a restart loses everything. N >= 1 is N real
 	// server agents (`-server -bootstrap-expect=N`), each with a data dir of
@@ -59,6 +63,9 @@ type Consul struct {
 	Version string
 	// NodeName is agent 0's own node in the catalog.
 	NodeName string
+	// Token is the harness's ACL token (ConsulOptions.Token; with ACL
+	// the management token).
+	Token string
 	// Dir is the temp dir with the agents' logs (consul.log, then
 	// consul-restart-N.log; for servers consul-<i>.log and
 	// consul-<i>-restart-N.log) and the servers' data dirs; Stop removes it.
@@ -176,7 +183,10 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consul{Dir: dir, opts: opts, bin: bin}
+	if opts.ACL && opts.Token == "" {
+		opts.Token = randomUUID()
+	}
+	c := &Consul{Dir: dir, opts: opts, bin: bin, Token: opts.Token}
 	c.transport = &http.Transport{
 		Proxy:               nil, // loopback only; ignore HTTP(S)_PROXY
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,

@@ -150,7 +150,7 @@ func (c *Consul) args(s *ConsulServer) []string {
 		}
 		args = append(args, "-hcl="+consulServerHCL)
 	}
-	return append(args,
+	args = append(args,
 		"-node="+s.NodeName,
 		"-bind=127.0.0.1",
 		"-client=127.0.0.1",
@@ -164,6 +164,10 @@ func (c *Consul) args(s *ConsulServer) []string {
 		"-hcl="+consulTelemetry,
 		"-log-level=info",
 	)
+	if c.opts.ACL {
+		args = append(args, fmt.Sprintf(`-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = %q agent = %q } }`, c.opts.Token, c.opts.Token))
+	}
+	return args
 }
 
 func (c *Consul) leaderCheck(s *ConsulServer) func(context.Context) (bool, error) {

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+	"github.com/fleetsync/fleetsync/test/stack"
+)
+
+// aclLogin is a Consul with ACLs on (default deny) and a Kubernetes auth
+// method that reviews tokens against the test kube-apiserver, as consul-k8s's
+// manageSystemACLs sets it up; fleetsync's ServiceAccount logs in through a
+// binding rule to a role with the given rules.
+type aclLogin struct {
+	consul     *stack.Consul
+	admin      *consulapi.Client
+	method     string
+	sa         string
+	bearerFile string
+}
+
+func newACLLogin(t *testing.T, e *env, rules string) *aclLogin {
+	t.Helper()
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ACL: true, ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consul log tail:\n%s", own.Agent().LogTail(40))
+		}
+		_ = own.Stop()
+	})
+	a := &aclLogin{consul: own, admin: own.Client, method: "fleetsync-k8s-" + e.cluster, sa: "fleetsync"}
+	_, err = own.KubernetesAuthMethod(e.ctx, kube, a.method, e.ns)
+	must(t, err)
+	policy, _, err := a.admin.ACL().PolicyCreate(&consulapi.ACLPolicy{Name: "fleetsync-" + e.cluster, Rules: strings.ReplaceAll(rules, "<cluster-id>", e.cluster)}, nil)
+	must(t, err)
+	role, _, err := a.admin.ACL().RoleCreate(&consulapi.ACLRole{Name: "fleetsync-" + e.cluster + "-role", Policies: []*consulapi.ACLRolePolicyLink{{ID: policy.ID}}}, nil)
+	must(t, err)
+	// consul-k8s binds each component's ServiceAccount to its role so.
+	_, _, err = a.admin.ACL().BindingRuleCreate(&consulapi.ACLBindingRule{AuthMethod: a.method, BindType: consulapi.BindingRuleBindTypeRole,
+		BindName: role.Name, Selector: fmt.Sprintf("serviceaccount.name==%q and serviceaccount.namespace==%q", a.sa, e.ns)}, nil)
+	must(t, err)
+	a.bearerFile = filepath.Join(t.TempDir(), "token")
+	a.rotate(t, e)
+	return a
+}
+
+// rotate writes a new ServiceAccount token to the bearer token file (what
+// the kubelet does with a projected token), atomically.
+func (a *aclLogin) rotate(t *testing.T, e *env) string {
+	t.Helper()
+	jwt, err := kube.ServiceAccountToken(e.ctx, e.ns, a.sa, time.Hour)
+	must(t, err)
+	must(t, os.WriteFile(a.bearerFile+".new", []byte(jwt), 0o600))
+	must(t, os.Rename(a.bearerFile+".new", a.bearerFile))
+	return jwt
+}
+
+// loginTokens are the tokens the auth method created that Consul holds.
+func (a *aclLogin) loginTokens(t *testing.T) []*consulapi.ACLTokenListEntry {
+	t.Helper()
+	list, _, err := a.admin.ACL().TokenListFiltered(consulapi.ACLTokenFilterOptions{AuthMethod: a.method}, nil)
+	must(t, err)
+	return list
+}
+
+func (a *aclLogin) spawn(t *testing.T, e *env, args ...string) *fixture.Daemon {
+	t.Helper()
+	d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: a.consul.Addr, Namespaces: []string{e.ns},
+		Args: append([]string{"--consul-login-auth-method=" + a.method, "--consul-login-bearer-token-file=" + a.bearerFile,
+			"--consul-login-meta=pod=" + e.ns + "/fleetsync-0"}, args...)})
+	must(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleetsync log tail:\n%s", d.LogTail(60))
+		}
+		d.CloseT(t)
+	})
+	return d
+}
+
+// TestACLLoginKubernetesAuthMethod: fleetsync starts with no token, logs in
+// with a ServiceAccount token the API server minted, syncs; when its login
+// token is deleted in Consul it logs in again (with the rotated bearer token)
+// and the change made meanwhile lands, nothing lost; on shutdown it logs out
+// (its token is gone from /v1/acl/tokens); no token shows in its log,
+// /debug or /metrics.
+func TestACLLoginKubernetesAuthMethod(t *testing.T) {
+	e := newEnv(t)
+	a := newACLLogin(t, e, aclRules)
+	firstJWT, _ := os.ReadFile(a.bearerFile)
+	names, keys := svcSet(t, e, "login", 3, 2, 160)
+	d := a.spawn(t, e)
+	must(t, d.WaitReady(e.ctx, 60*time.Second))
+	e.waitCount(a.admin, len(keys), 20*time.Second)
+	toks := a.loginTokens(t)
+	if len(toks) != 1 {
+		t.Fatalf("%d login tokens in Consul, want 1", len(toks))
+	}
+	first, _, err := a.admin.ACL().TokenRead(toks[0].AccessorID, nil)
+	must(t, err)
+	if len(first.Roles) != 1 || first.Roles[0].Name != "fleetsync-"+e.cluster+"-role" {
+		t.Fatalf("login token roles %+v, want the bound role", first.Roles)
+	}
+	t.Logf("logged in with the auth method (token %s, role %s); %d instances synced", first.AccessorID, first.Roles[0].Name, len(keys))
+
+	// The token goes (an operator, or its TTL); the bearer token rotates;
+	// a change comes in. fleetsync logs in again and the change lands.
+	secondJWT := a.rotate(t, e)
+	_, err = a.admin.ACL().TokenDelete(first.AccessorID, nil)
+	must(t, err)
+	ports := map[string]int32{"http": 80}
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[0], "added", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(170, 0, 1))))
+	e.waitCount(a.admin, len(keys)+1, 30*time.Second)
+	toks = a.loginTokens(t)
+	if len(toks) != 1 || toks[0].AccessorID == first.AccessorID {
+		t.Fatalf("login tokens after the deletion: %+v, want one new one", toks)
+	}
+	second, _, err := a.admin.ACL().TokenRead(toks[0].AccessorID, nil)
+	must(t, err)
+	if !strings.Contains(d.LogTail(400), "logging in again") {
+		t.Fatal("no re-login in the log")
+	}
+	insts, err := fixture.Instances(a.admin, names[0], e.node())
+	must(t, err)
+	if len(insts) != 3 {
+		t.Fatalf("%s has %d instances, want 2 + the added one", names[0], len(insts))
+	}
+
+	// No token shows anywhere fleetsync answers or logs.
+	var seen []string
+	for _, p := range []string{"/debug/workers", "/debug/workers/" + e.ns + "/" + names[0], "/metrics", "/readyz"} {
+		_, body, err := d.Get(e.ctx, p, "")
+		must(t, err)
+		seen = append(seen, body)
+	}
+
+	// Shutdown logs out: the token is gone.
+	must(t, d.Stop())
+	if toks := a.loginTokens(t); len(toks) != 0 {
+		t.Fatalf("after shutdown %d login tokens remain (%s), want none", len(toks), toks[0].AccessorID)
+	}
+	logs, err := os.ReadFile(d.LogPath)
+	must(t, err)
+	if !strings.Contains(string(logs), "Logged out of Consul") {
+		t.Fatal("no logout in the log")
+	}
+	seen = append(seen, string(logs))
+	for _, s := range seen {
+		for _, secret := range []string{first.SecretID, second.SecretID, a.consul.Token, string(firstJWT), secondJWT} {
+			if strings.Contains(s, secret) {
+				t.Fatalf("a token or bearer token appears in fleetsync's output")
+			}
+		}
+	}
+	t.Logf("re-login after the token was deleted: the pending change landed (%d instances); logout removed token %s", len(keys)+1, second.AccessorID)
+}
+
+// TestACLLoginGrantsTooLittle: a binding rule whose role's policy cannot
+// claim the cluster id stops fleetsync at start with an error naming the
+// permission Consul refused and what the policy must grant (no retry loop,
+// nothing written); a binding rule that does not select fleetsync's
+// ServiceAccount makes the login itself fail, naming the auth method.
+func TestACLLoginGrantsTooLittle(t *testing.T) {
+	e := newEnv(t)
+	const readOnly = `
+node_prefix "" { policy = "read" }
+service_prefix "" { policy = "write" }
+key_prefix "fleetsync/" { policy = "read" }
+`
+	a := newACLLogin(t, e, readOnly)
+	_, keys := svcSet(t, e, "little", 1, 2, 180)
+	_ = keys
+	d := a.spawn(t, e)
+	err := waitExit(t, d, 60*time.Second)
+	log := d.LogTail(80)
+	if err == nil || !strings.Contains(log, "Permission denied") || !strings.Contains(log, "lacks permission") ||
+		!strings.Contains(log, "binding rules") || !strings.Contains(log, "session:write") {
+		t.Fatalf("exit %v; want an error naming the missing permission and the policy to grant; log:\n%s", err, log)
+	}
+	if n, _, _ := fixture.ClusterServiceCount(a.admin, e.cluster); n != 0 {
+		t.Fatalf("%d instances written with a refused policy", n)
+	}
+	t.Logf("too little granted: %s", lastLineWith(log, "lacks permission"))
+
+	// A ServiceAccount no binding rule selects: the login is refused.
+	a.sa = "someone-else"
+	a.rotate(t, e)
+	d2 := a.spawn(t, e)
+	err = waitExit(t, d2, 60*time.Second)
+	log = d2.LogTail(80)
+	if err == nil || !strings.Contains(log, a.method) || !strings.Contains(log, "binding rule") {
+		t.Fatalf("exit %v; want a login error naming the auth method; log:\n%s", err, log)
+	}
+	t.Logf("no binding rule: %s", lastLineWith(log, a.method))
+}
+
+// TestConsulNamespaceOnOSS: against Consul OSS a non-default namespace
+// stops fleetsync at start with an error naming the flag, instead of a
+// retry loop; nothing is written.
+func TestConsulNamespaceOnOSS(t *testing.T) {
+	e := newEnv(t)
+	svcSet(t, e, "ns", 1, 1, 190)
+	for _, flag := range []string{"--consul-namespace=team-a", "--enable-k8s-namespace-mirroring", "--consul-partition=part-1"} {
+		d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+			ConsulAddr: consul.Addr, Namespaces: []string{e.ns}, Args: []string{flag}})
+		must(t, err)
+		err = waitExit(t, d, 30*time.Second)
+		log := d.LogTail(40)
+		d.CloseT(t)
+		if err == nil || !strings.Contains(log, "Consul Enterprise") || !strings.Contains(log, strings.SplitN(flag, "=", 2)[0]) {
+			t.Fatalf("%s: exit %v; want an error naming the flag; log:\n%s", flag, err, log)
+		}
+		t.Logf("%s: %s", flag, lastLineWith(log, "Enterprise"))
+	}
+	if n, _ := fixture.NodeServiceCount(consul.Client, e.node()); n != 0 {
+		t.Fatalf("%d instances written", n)
+	}
+}
+
+// waitExit waits for the daemon to exit on its own and returns its exit
+// error (nil: exit 0); it fails t when it still runs after timeout.
+func waitExit(t *testing.T, d *fixture.Daemon, timeout time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	select {
+	case <-d.Done():
+		return d.Wait()
+	case <-ctx.Done():
+		t.Fatalf("fleetsync still runs after %s; log:\n%s", timeout, d.LogTail(40))
+		return nil
+	}
+}
+
+func lastLineWith(log, s string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], s) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
+}
