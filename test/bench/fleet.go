@@ -145,8 +145,9 @@ func (b *bench) coldStart() error {
 		return err
 	}
 	b.logf("daemon: fleetsync %s", daemonArgs(b.daemon))
-	b.recordCold(r, fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints))
-	return nil
+	label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
+	b.recordCold(r, label)
+	return b.keepSnapshot(label, svcPrefix, r)
 }
 
 // compareColdStart times 200 Services x 5 endpoints (the 1,000 instances
@@ -170,6 +171,9 @@ func (b *bench) compareColdStart() error {
 		return err
 	}
 	b.recordCold(r, "200 x 5")
+	if err := b.keepSnapshot("200 x 5", "cmp-", r); err != nil {
+		return err
+	}
 	b.stopDaemon()
 	if err := parallel(b.ctx, 0, n, func(ctx context.Context, i int) error {
 		return deleteService(ctx, b.kc, compareNS, name(i))
@@ -319,6 +323,9 @@ func (b *bench) memoryLarge() error {
 	}
 	label := fmt.Sprintf("%s x %d", formatValue(float64(n)), b.opts.endpoints)
 	b.recordCold(r, label)
+	if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
+		return err
+	}
 	if err := b.measureIdle(label, min(b.opts.idle, 30*time.Second)); err != nil {
 		return err
 	}
