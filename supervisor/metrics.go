@@ -63,6 +63,7 @@ type Metrics struct {
 	repairs        prometheus.Counter
 	dataLost       *prometheus.CounterVec
 	foreignNodes   prometheus.Gauge
+	consulNodes    prometheus.Gauge
 	shardHeld      *prometheus.GaugeVec
 	shardMoves     *prometheus.CounterVec
 	idConflicts    prometheus.Counter
@@ -120,6 +121,8 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 	}
 	m.foreignNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_nodes",
 		Help: "Nodes named like this cluster's that lack its mark (someone else's): nothing is written onto them, /readyz fails."})
+	m.consulNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_nodes",
+		Help: "Consul nodes this cluster's instances are spread over: --consul-nodes, or chosen at bootstrap (one per 100 Services, nodes in use kept while between 50 and 200 per node)."})
 	m.shardHeld = f.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetsync_shard_held",
 		Help: "1 for each shard this replica holds (with --shards > 1)."}, []string{"shard"})
 	m.shardMoves = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_shard_transitions_total",
@@ -210,6 +213,7 @@ func (h hooks) BootstrapReadFailed(error)    { h.m.bootstrapFails.Inc() }
 func (h hooks) InformersSynced()             { h.m.InformerSync.Set(1) }
 func (h hooks) ConsulDataLost(signal string) { h.m.dataLost.WithLabelValues(signal).Inc() }
 func (h hooks) ForeignNodes(n int)           { h.m.foreignNodes.Set(float64(n)) }
+func (h hooks) ConsulNodes(n int)            { h.m.consulNodes.Set(float64(n)) }
 func (h hooks) ShardGained(k int) {
 	h.m.shardHeld.WithLabelValues(strconv.Itoa(k)).Set(1)
 	h.m.shardMoves.WithLabelValues("gained").Inc()
