@@ -124,7 +124,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
 	fs.IntVar(&c.ConsulNodes, "consul-nodes", 0, "spread the cluster's instances over this many synthetic Consul nodes (k8s-<id>, k8s-<id>.1, ...) by a consistent hash of namespace/name (0: chosen at start, one per 100 selected Services, the nodes in use kept while they hold 50 to 200 on average); Consul's cost of a write grows with the services on its node; a change moves only the Services whose node changed, once, in one transaction per Service")
 	fs.IntVar(&c.MaxInflight, "consul-max-inflight", 8, "at most this many Consul transactions in flight at once (0: unlimited)")
-	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", "all", "per-worker metric series: all, none, or top-<K> most active workers")
+	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", supervisor.DefaultPerWorker, "per-worker metric series: top-<K> workers (those in trouble first, then the most active since the last scrape), all (one set of series per Service: large at scale), or none; the fleet-wide series are complete either way")
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
 	fs.IntVar(&c.Shards, "shards", 1, "split Services into this many shards, held by the running replicas through Kubernetes Leases (1: this process syncs everything, no Leases)")
