@@ -35,6 +35,7 @@ func ValidateClusterID(id string) error {
 type Cluster struct {
 	id    string
 	nodes int
+	names []string // the name of each node, shared by copies (never written after WithNodes)
 }
 
 // MaxNodes bounds WithNodes.
@@ -46,7 +47,7 @@ func New(id string) (Cluster, error) {
 	if err := ValidateClusterID(id); err != nil {
 		return Cluster{}, err
 	}
-	return Cluster{id: id, nodes: 1}, nil
+	return Cluster{id: id, nodes: 1, names: []string{NodePrefix + id}}, nil
 }
 
 // WithNodes returns c with its instances spread over n synthetic nodes, by
@@ -59,6 +60,12 @@ func (c Cluster) WithNodes(n int) (Cluster, error) {
 		return c, fmt.Errorf("%d Consul nodes per cluster: must be between 1 and %d", n, MaxNodes)
 	}
 	c.nodes = n
+	first := NodePrefix + c.id
+	c.names = make([]string, n)
+	c.names[0] = first
+	for b := 1; b < n; b++ {
+		c.names[b] = first + "." + strconv.Itoa(b)
+	}
 	return c, nil
 }
 
@@ -69,7 +76,12 @@ func (c Cluster) ID() string { return c.id }
 func (c Cluster) Nodes() int { return c.nodes }
 
 // NodeName returns the name of the cluster's first synthetic Consul node.
-func (c Cluster) NodeName() string { return NodePrefix + c.id }
+func (c Cluster) NodeName() string {
+	if len(c.names) > 0 {
+		return c.names[0]
+	}
+	return NodePrefix + c.id
+}
 
 // Node returns the cluster's first synthetic Consul node, carrying the mark.
 func (c Cluster) Node() consul.Node { return c.NodeNamed(c.NodeName()) }
@@ -92,7 +104,7 @@ func (c Cluster) NodeNamed(name string) consul.Node {
 // diff asks it for every instance.
 func (c Cluster) NodeNameFor(instanceID string) string {
 	if b := c.bucket(instanceID); b > 0 {
-		return c.NodeName() + "." + strconv.Itoa(b)
+		return c.names[b]
 	}
 	return c.NodeName()
 }
