@@ -166,6 +166,17 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	return d, nil
 }
 
+// perWorker names the running daemon's --metrics-per-worker.
+func (b *bench) perWorker() string {
+	v := "top-20 (default)"
+	for _, a := range b.daemon.Args {
+		if s, ok := strings.CutPrefix(a, "--metrics-per-worker="); ok {
+			v = s
+		}
+	}
+	return "--metrics-per-worker=" + v
+}
+
 // stopDaemon stops the running daemon (SIGTERM, then its shutdown).
 func (b *bench) stopDaemon() {
 	if b.daemon == nil {
