@@ -239,15 +239,7 @@ func (c *Client) readNodes(ctx context.Context, svcFilter, checkFilter string) (
 	if err != nil {
 		return nil, err
 	}
-	var out []Registered
-	for _, node := range nodes {
-		got, err := c.read(ctx, node, svcFilter, checkFilter)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-	}
-	return out, nil
+	return c.readEach(ctx, nodes, svcFilter, checkFilter)
 }
 
 func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) ([]Registered, error) {

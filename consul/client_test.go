@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -286,5 +287,34 @@ func TestWeightRoundTrip(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("%s not in the catalog", heavy.ID)
+	}
+}
+
+// TestChangeNamesTheNode: a change's NodeFor places its registrations
+// (the worker's node layout, chosen at run time, wins over the owner's),
+// and a node that is not the owner's is refused before anything is sent.
+func TestChangeNamesTheNode(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "nodefor"} // its own layout: everything on k8s-nodefor
+	c := NewClient(a.Client, owner, Options{})
+	second := func(string) string { return "k8s-nodefor.1" }
+	applied, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "placed"), owner.instance(2, "placed")}, NodeFor: second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadService(ctx, "placed")
+	if err != nil || len(got) != 2 || got[0].Node != "k8s-nodefor.1" || got[1].Node != "k8s-nodefor.1" || applied.Txns != 1 {
+		t.Fatalf("registered with NodeFor k8s-nodefor.1: %+v, %v (%d txns)", got, err, applied.Txns)
+	}
+	before, _ := a.RaftApplies()
+	for _, node := range []string{"k8s-other", "k8s-nodefor.2", "k8s-nodefor-1"} {
+		_, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(3, "placed")}, NodeFor: func(string) string { return node }})
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), node) {
+			t.Errorf("register on %s: err = %v, want ErrRefused naming the node", node, err)
+		}
+	}
+	if after, _ := a.RaftApplies(); after != before {
+		t.Errorf("refused registrations caused %v Raft applies", after-before)
 	}
 }

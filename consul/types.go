@@ -83,6 +83,9 @@ type Change struct {
 	// Permit, when the caller already acquired one (Client.Acquire), pays
 	// for the first transaction; Apply acquires the rest and releases all.
 	Permit Permit
+	// NodeFor names the node each registered instance goes on (nil: the
+	// owner's NodeNameFor); a node that is not the owner's is refused.
+	NodeFor func(instanceID string) string
 }
 
 // Empty reports whether the change writes nothing.

@@ -172,11 +172,18 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		g.want, g.have = u.Want, &u.Have
 		updates = append(updates, g)
 	}
+	nodeFor := c.owner.NodeNameFor
+	if ch.NodeFor != nil {
+		nodeFor = ch.NodeFor
+	}
 	for _, in := range ch.Register {
 		if err := c.owner.Stamped(in); err != nil {
 			return nil, fmt.Errorf("%w: register %s: %w", ErrRefused, in.ID, err)
 		}
-		node := c.owner.NodeNameFor(in.ID)
+		node := nodeFor(in.ID)
+		if !c.owner.IsNode(node) {
+			return nil, fmt.Errorf("%w: register %s on node %s, which is not the owner's", ErrRefused, in.ID, node)
+		}
 		g := newGroup(node, kindRegister, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
 		if del, ok := moving[in.ID]; ok {
 			g = newGroup(node, kindMove, del, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))

@@ -2,7 +2,6 @@ package ownership
 
 import (
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"regexp"
 	"slices"
@@ -36,6 +35,7 @@ func ValidateClusterID(id string) error {
 type Cluster struct {
 	id    string
 	nodes int
+	names []string // the name of each node, shared by copies (never written after WithNodes)
 }
 
 // MaxNodes bounds WithNodes.
@@ -47,11 +47,11 @@ func New(id string) (Cluster, error) {
 	if err := ValidateClusterID(id); err != nil {
 		return Cluster{}, err
 	}
-	return Cluster{id: id, nodes: 1}, nil
+	return Cluster{id: id, nodes: 1, names: []string{NodePrefix + id}}, nil
 }
 
 // WithNodes returns c with its instances spread over n synthetic nodes, by
-// a hash of namespace/service: node 0 is NodeName(), node b > 0 is
+// a consistent hash of namespace/service (see NodeNameFor): node 0 is NodeName(), node b > 0 is
 // NodeName()+"."+b (a cluster id has no '.', so no cluster's nodes can be
 // taken for another's). Consul's cost of writing a service to a node grows
 // with the services already on it; spreading keeps every node small.
@@ -60,6 +60,12 @@ func (c Cluster) WithNodes(n int) (Cluster, error) {
 		return c, fmt.Errorf("%d Consul nodes per cluster: must be between 1 and %d", n, MaxNodes)
 	}
 	c.nodes = n
+	first := NodePrefix + c.id
+	c.names = make([]string, n)
+	c.names[0] = first
+	for b := 1; b < n; b++ {
+		c.names[b] = first + "." + strconv.Itoa(b)
+	}
 	return c, nil
 }
 
@@ -70,7 +76,12 @@ func (c Cluster) ID() string { return c.id }
 func (c Cluster) Nodes() int { return c.nodes }
 
 // NodeName returns the name of the cluster's first synthetic Consul node.
-func (c Cluster) NodeName() string { return NodePrefix + c.id }
+func (c Cluster) NodeName() string {
+	if len(c.names) > 0 {
+		return c.names[0]
+	}
+	return NodePrefix + c.id
+}
 
 // Node returns the cluster's first synthetic Consul node, carrying the mark.
 func (c Cluster) Node() consul.Node { return c.NodeNamed(c.NodeName()) }
@@ -86,26 +97,77 @@ func (c Cluster) NodeNamed(name string) consul.Node {
 
 // NodeNameFor names the node a new instance goes on: the bucket of its
 // namespace/service, read from the instance ID (see InstanceID), so every
-// instance of one Service shares a node. It allocates nothing with one
-// node: the diff asks it for every instance.
+// instance of one Service shares a node. The bucket is a jump consistent
+// hash (Lamping and Veach) of namespace/service: going from n to n+1 nodes
+// moves only the Services that land on the new node (1/(n+1) of them), and
+// from n+1 to n only those of the node that goes. It allocates nothing: the
+// diff asks it for every instance.
 func (c Cluster) NodeNameFor(instanceID string) string {
+	if b := c.bucket(instanceID); b > 0 {
+		return c.names[b]
+	}
+	return c.NodeName()
+}
+
+// bucket returns the node number of an instance ID (0 when the ID is not
+// one of this cluster's).
+func (c Cluster) bucket(instanceID string) int {
 	if c.nodes <= 1 {
-		return c.NodeName()
+		return 0
 	}
 	rest, ok := strings.CutPrefix(instanceID, "k8s_"+c.id+"_")
 	if !ok {
-		return c.NodeName()
+		return 0
 	}
-	parts := strings.SplitN(rest, "_", 3)
-	if len(parts) < 3 {
-		return c.NodeName()
+	ns, rest, ok := strings.Cut(rest, "_")
+	if !ok {
+		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(parts[0] + "/" + parts[1]))
-	if b := h.Sum32() % uint32(c.nodes); b > 0 {
-		return c.NodeName() + "." + strconv.Itoa(int(b))
+	name, _, ok := strings.Cut(rest, "_")
+	if !ok {
+		return 0
 	}
-	return c.NodeName()
+	return jumpHash(serviceHash(ns, name), c.nodes)
+}
+
+// serviceHash is FNV-1a (64 bits) of namespace + "/" + name.
+func serviceHash(ns, name string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(ns); i++ {
+		h = (h ^ uint64(ns[i])) * prime
+	}
+	h = (h ^ '/') * prime
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * prime
+	}
+	return h
+}
+
+// jumpHash maps key to one of n buckets (Lamping and Veach, "A Fast,
+// Minimal Memory, Consistent Hash Algorithm", 2014).
+func jumpHash(key uint64, n int) int {
+	b, j := int64(-1), int64(0)
+	for j < int64(n) {
+		b = j
+		key = key*2862933555777941757 + 1
+		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64((key>>33)+1)))
+	}
+	return int(b)
+}
+
+// NodeNumber returns the number of one of the cluster's nodes (0 for
+// NodeName(), b for NodeName()+"."+b); ok is false for any other name.
+func (c Cluster) NodeNumber(name string) (n int, ok bool) {
+	if name == c.NodeName() {
+		return 0, true
+	}
+	b, ok := strings.CutPrefix(name, c.NodeName()+".")
+	if !ok || !isNodeNumber(b) {
+		return 0, false
+	}
+	n, _ = strconv.Atoi(b)
+	return n, true
 }
 
 // IsNode reports whether name is one of the cluster's synthetic nodes,

@@ -225,3 +225,60 @@ func TestIsNode(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesAreConsistent: going from n to n+1 nodes moves only the
+// Services that land on the new node, about 1/(n+1) of them, and going
+// back moves exactly those again; every Service of the old layout that
+// did not move keeps its node.
+func TestNodesAreConsistent(t *testing.T) {
+	east, _ := New("east")
+	const services = 10000
+	for _, n := range []int{1, 2, 7, 20, 99, 100, 500} {
+		from, _ := east.WithNodes(n)
+		to, _ := east.WithNodes(n + 1)
+		newNode := to.NodeName() + "." + strconv.Itoa(n)
+		moved := 0
+		for i := range services {
+			id := east.InstanceID("ns-"+strconv.Itoa(i%13), "svc-"+strconv.Itoa(i), "10.0.0.1", 80)
+			a, b := from.NodeNameFor(id), to.NodeNameFor(id)
+			if a == b {
+				continue
+			}
+			if b != newNode {
+				t.Fatalf("%d -> %d nodes: a Service moved from %s to %s, not to the new node %s", n, n+1, a, b, newNode)
+			}
+			moved++
+		}
+		want := float64(services) / float64(n+1)
+		if f := float64(moved); f < want*0.8 || f > want*1.2 {
+			t.Errorf("%d -> %d nodes: %d of %d Services moved, want about %.0f", n, n+1, moved, services, want)
+		}
+	}
+}
+
+// TestNodeNameForAllocatesNothing: the diff asks for every instance, so
+// neither the hash nor the name costs an allocation, whatever the node.
+func TestNodeNameForAllocatesNothing(t *testing.T) {
+	east, _ := New("east")
+	c, _ := east.WithNodes(64)
+	for i := range 20 {
+		id := c.InstanceID("shop", "web-"+strconv.Itoa(i), "10.0.0.1", 80)
+		if n := testing.AllocsPerRun(100, func() { _ = c.NodeNameFor(id) }); n != 0 {
+			t.Errorf("NodeNameFor(%s) (on %s) allocates %.0f times per call", id, c.NodeNameFor(id), n)
+		}
+	}
+}
+
+func TestNodeNumber(t *testing.T) {
+	east, _ := New("east")
+	for name, want := range map[string]int{"k8s-east": 0, "k8s-east.1": 1, "k8s-east.1023": 1023} {
+		if n, ok := east.NodeNumber(name); !ok || n != want {
+			t.Errorf("NodeNumber(%q) = %d, %t; want %d, true", name, n, ok, want)
+		}
+	}
+	for _, name := range []string{"k8s-east.0", "k8s-east.01", "k8s-eastern", "k8s-west.1", "k8s-east.1024"} {
+		if _, ok := east.NodeNumber(name); ok {
+			t.Errorf("NodeNumber(%q) accepted", name)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -291,14 +290,10 @@ func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]
 }
 
 // nodeInUse reports whether instances are placed on node with the current
-// --consul-nodes (a look-alike beyond them blocks nothing).
+// number of Consul nodes (a look-alike beyond them blocks nothing).
 func (s *Supervisor) nodeInUse(node string) bool {
-	c := s.opts.Worker.Cluster
-	if node == c.NodeName() {
-		return true
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(node, c.NodeName()+"."))
-	return err == nil && n < c.Nodes()
+	n, ok := s.opts.Worker.Cluster.NodeNumber(node)
+	return ok && n < s.consulNodes()
 }
 
 // Problems returns what keeps the fleet from syncing every Service (a

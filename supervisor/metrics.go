@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,11 +16,18 @@ import (
 )
 
 // PerWorker says which workers export their own series: all, none, or the
-// top K by activity (events + flushes).
+// top K: the workers in trouble first (backing off, invalid, blocked by
+// someone else's entries, or failing), then the most active since the last
+// scrape (events + flushes + errors), then the most active in all.
 type PerWorker struct {
 	All  bool
 	TopK int // when !All: 0 means none
 }
+
+// DefaultPerWorker is --metrics-per-worker's default: a bounded number of
+// per-worker series whatever the number of Services (the fleet-wide
+// series, histograms included, are always complete).
+const DefaultPerWorker = "top-20"
 
 // ParsePerWorker parses --metrics-per-worker: "all", "none" or "top-<K>".
 func ParsePerWorker(s string) (PerWorker, error) {
@@ -44,6 +52,9 @@ type Metrics struct {
 	perWorker PerWorker
 	sup       *Supervisor
 
+	rankMu   sync.Mutex
+	lastSeen map[k8s.Key]uint64 // activity of each worker at the last scrape (top-K)
+
 	events         prometheus.Counter
 	flushes        prometheus.Counter
 	flushErrors    prometheus.Counter
@@ -63,6 +74,7 @@ type Metrics struct {
 	repairs        prometheus.Counter
 	dataLost       *prometheus.CounterVec
 	foreignNodes   prometheus.Gauge
+	consulNodes    prometheus.Gauge
 	shardHeld      *prometheus.GaugeVec
 	shardMoves     *prometheus.CounterVec
 	idConflicts    prometheus.Counter
@@ -120,6 +132,8 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 	}
 	m.foreignNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_nodes",
 		Help: "Nodes named like this cluster's that lack its mark (someone else's): nothing is written onto them, /readyz fails."})
+	m.consulNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_nodes",
+		Help: "Consul nodes this cluster's instances are spread over: --consul-nodes, or chosen at bootstrap (one per 100 Services, nodes in use kept while between 50 and 200 per node)."})
 	m.shardHeld = f.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetsync_shard_held",
 		Help: "1 for each shard this replica holds (with --shards > 1)."}, []string{"shard"})
 	m.shardMoves = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_shard_transitions_total",
@@ -210,6 +224,7 @@ func (h hooks) BootstrapReadFailed(error)    { h.m.bootstrapFails.Inc() }
 func (h hooks) InformersSynced()             { h.m.InformerSync.Set(1) }
 func (h hooks) ConsulDataLost(signal string) { h.m.dataLost.WithLabelValues(signal).Inc() }
 func (h hooks) ForeignNodes(n int)           { h.m.foreignNodes.Set(float64(n)) }
+func (h hooks) ConsulNodes(n int)            { h.m.consulNodes.Set(float64(n)) }
 func (h hooks) ShardGained(k int) {
 	h.m.shardHeld.WithLabelValues(strconv.Itoa(k)).Set(1)
 	h.m.shardMoves.WithLabelValues("gained").Inc()
@@ -285,10 +300,47 @@ func (m *Metrics) selectWorkers(sts []worker.Status) []worker.Status {
 	case m.perWorker.TopK <= 0:
 		return nil
 	}
-	sort.SliceStable(sts, func(i, j int) bool {
-		return sts[i].Events+sts[i].Flushes > sts[j].Events+sts[j].Flushes
+	m.rankMu.Lock()
+	defer m.rankMu.Unlock()
+	type ranked struct {
+		st       worker.Status
+		troubled bool
+		recent   uint64
+		total    uint64
+	}
+	rs := make([]ranked, len(sts))
+	seen := make(map[k8s.Key]uint64, len(sts))
+	for i, st := range sts {
+		key := k8s.Key{Namespace: st.Namespace, Name: st.Service}
+		total := activity(st)
+		rs[i] = ranked{st: st, troubled: troubled(st), recent: total - min(m.lastSeen[key], total), total: total}
+		seen[key] = total
+	}
+	m.lastSeen = seen
+	sort.SliceStable(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		switch {
+		case a.troubled != b.troubled:
+			return a.troubled
+		case a.recent != b.recent:
+			return a.recent > b.recent
+		default:
+			return a.total > b.total
+		}
 	})
-	return sts[:min(m.perWorker.TopK, len(sts))]
+	out := make([]worker.Status, 0, min(m.perWorker.TopK, len(rs)))
+	for _, r := range rs[:min(m.perWorker.TopK, len(rs))] {
+		out = append(out, r.st)
+	}
+	return out
+}
+
+// activity is what a worker did in all: events, flushes and errors.
+func activity(st worker.Status) uint64 { return st.Events + st.Flushes + st.Errors }
+
+// troubled reports a worker an operator wants to see first.
+func troubled(st worker.Status) bool {
+	return st.State == worker.StateBackingOff || st.State == worker.StateInvalid || st.Blocked > 0 || st.Failures > 0
 }
 
 func emitWorker(ch chan<- prometheus.Metric, st worker.Status) {

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/worker"
 )
 
 func TestParsePerWorker(t *testing.T) {
@@ -170,4 +172,39 @@ func idleWorkers(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return -1
+}
+
+// TestTopKRanksTroubleThenRecentActivity: top-K exports the workers in
+// trouble first, then those most active since the last scrape, then the
+// most active in all; a worker busy long ago gives way to one busy now.
+func TestTopKRanksTroubleThenRecentActivity(t *testing.T) {
+	m := &Metrics{perWorker: PerWorker{TopK: 2}}
+	st := func(name string, events uint64, state worker.State, blocked int) worker.Status {
+		return worker.Status{Namespace: "ns", Service: name, Events: events, State: state, Blocked: blocked}
+	}
+	names := func(sts []worker.Status) string {
+		var out []string
+		for _, s := range sts {
+			out = append(out, s.Service)
+		}
+		return strings.Join(out, ",")
+	}
+	for i, tc := range []struct {
+		sts  []worker.Status
+		want string
+	}{
+		// First scrape: everything is recent; the backing-off worker first.
+		{[]worker.Status{st("a", 100, worker.StateIdle, 0), st("b", 5, worker.StateIdle, 0), st("c", 1, worker.StateBackingOff, 0)}, "c,a"},
+		// b changed 10 times since; a and c not at all (c recovered): a
+		// has more in all.
+		{[]worker.Status{st("a", 100, worker.StateIdle, 0), st("b", 15, worker.StateIdle, 0), st("c", 1, worker.StateIdle, 0)}, "b,a"},
+		// A worker blocked by someone else's entries is in trouble.
+		{[]worker.Status{st("a", 100, worker.StateIdle, 0), st("b", 16, worker.StateIdle, 0), st("c", 1, worker.StateIdle, 1)}, "c,b"},
+		// Nothing changed: the most active in all.
+		{[]worker.Status{st("a", 100, worker.StateIdle, 0), st("b", 16, worker.StateIdle, 0), st("c", 1, worker.StateIdle, 0)}, "a,b"},
+	} {
+		if got := names(m.selectWorkers(tc.sts)); got != tc.want {
+			t.Errorf("scrape %d: top-2 = %s, want %s", i+1, got, tc.want)
+		}
+	}
 }

@@ -65,6 +65,10 @@ type Options struct {
 	// Shards splits Services between replicas (see GainShard); 1 (the
 	// default) means this process syncs every Service.
 	Shards int
+	// AutoNodes makes the supervisor choose, at bootstrap, how many Consul
+	// nodes the cluster's Services are spread over (see ChooseNodes);
+	// false keeps Worker.Cluster's.
+	AutoNodes bool
 }
 
 // Hooks receive fleet-wide measurements.
@@ -80,6 +84,7 @@ type Hooks interface {
 	ShardGained(shard int)
 	ShardLost(shard int)
 	ReplicaIDConflict()
+	ConsulNodes(n int)
 }
 
 type nopHooks struct{}
@@ -95,6 +100,7 @@ func (nopHooks) ForeignNodes(int)                     {}
 func (nopHooks) ShardGained(int)                      {}
 func (nopHooks) ShardLost(int)                        {}
 func (nopHooks) ReplicaIDConflict()                   {}
+func (nopHooks) ConsulNodes(int)                      {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -122,6 +128,10 @@ type Supervisor struct {
 	shardMu  sync.Mutex   // guards held; never held while taking mu
 	held     map[int]bool // shards held (unused when Options.Shards is 1)
 	wg       sync.WaitGroup
+
+	// nodes is how many Consul nodes new instances are spread over, set
+	// at bootstrap before any worker starts (0 before).
+	nodes atomic.Int64
 }
 
 type entry struct {
@@ -171,11 +181,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.opts.Hooks.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
-	s.adviseNodes()
 	owned, foreign, err := s.readOwned(ctx)
 	if err != nil {
 		return nil // ctx done
 	}
+	s.setNodes(owned)
 	s.startFleet(ctx, owned)
 	d := s.opts.Clock.Since(start)
 	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
@@ -268,25 +278,43 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 	}
 }
 
-// servicesPerNode is the advice of docs/scaling.md: Consul's cost of a
-// write grows with the services on the node it goes to.
-const servicesPerNode = 100
-
-// adviseNodes warns, once the informers synced, when the cluster's selected
-// Services (every shard's: all replicas write to the same nodes) are more
-// than the advice for its --consul-nodes.
-func (s *Supervisor) adviseNodes() {
+// selectedCount counts the cluster's selected Services (every shard's: all
+// replicas write to the same nodes).
+func (s *Supervisor) selectedCount() int {
 	selected := 0
 	for _, key := range s.opts.Watcher.Keys() {
 		if _, ok := s.lookup(key); ok {
 			selected++
 		}
 	}
-	nodes := max(s.opts.Worker.Cluster.Nodes(), 1)
-	if selected > servicesPerNode*nodes {
+	return selected
+}
+
+// setNodes fixes, before any worker starts, the number of Consul nodes
+// new instances go on: chosen from the selected Services and the nodes
+// the owned instances are on (AutoNodes), or Worker.Cluster's, with a
+// warning when that is fewer than advised.
+func (s *Supervisor) setNodes(owned map[k8s.Key][]consul.Registered) {
+	selected := s.selectedCount()
+	n := max(s.opts.Worker.Cluster.Nodes(), 1)
+	if s.opts.AutoNodes {
+		prev := UsedNodes(s.opts.Worker.Cluster, owned)
+		n = ChooseNodes(selected, prev)
+		s.log.Info("Consul nodes chosen", "services", selected, "nodes_in_use", prev, "consul_nodes", n)
+	} else if selected > ServicesPerNode*n {
 		s.log.Warn("More Services per Consul node than advised: each write to a crowded node costs Consul more (cold starts and rollouts slow down); raise --consul-nodes",
-			"services", selected, "consul_nodes", nodes, "advised_consul_nodes", (selected+servicesPerNode-1)/servicesPerNode)
+			"services", selected, "consul_nodes", n, "advised_consul_nodes", (selected+ServicesPerNode-1)/ServicesPerNode)
 	}
+	s.nodes.Store(int64(n))
+	s.opts.Hooks.ConsulNodes(n)
+}
+
+// consulNodes is the number of nodes new instances go on.
+func (s *Supervisor) consulNodes() int {
+	if n := s.nodes.Load(); n > 0 {
+		return int(n)
+	}
+	return max(s.opts.Worker.Cluster.Nodes(), 1)
 }
 
 // wants is the single "is this Service mine" decision: selected, and in a
@@ -351,9 +379,13 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 	if s.opts.ObserverFor != nil {
 		obs = s.opts.ObserverFor(key)
 	}
+	cfg := s.opts.Worker
+	if n := s.consulNodes(); n != cfg.Cluster.Nodes() {
+		cfg.Cluster, _ = cfg.Cluster.WithNodes(n) // n is within bounds: ChooseNodes or the cluster's own
+	}
 	return worker.New(worker.Options{
 		Key:          key,
-		Config:       s.opts.Worker,
+		Config:       cfg,
 		Lookup:       func() (*k8s.Service, bool) { return s.lookup(key) },
 		Store:        s.opts.Store,
 		Clock:        s.opts.Clock,

@@ -132,17 +132,21 @@ func (m *memStore) Apply(_ context.Context, ch consul.Change) (consul.Applied, e
 		delete(m.entries, r.ID)
 		a.Deleted = append(a.Deleted, r.ID)
 	}
-	write := func(in consul.Instance) {
+	write := func(in consul.Instance, node string) {
 		m.index++
-		r := consul.Registered{Instance: in, Node: "k8s-test", ServiceIndex: m.index, CheckIndex: m.index, HasCheck: true}
+		r := consul.Registered{Instance: in, Node: node, ServiceIndex: m.index, CheckIndex: m.index, HasCheck: true}
 		m.entries[in.ID] = r
 		a.Written = append(a.Written, r)
 	}
 	for _, in := range ch.Register {
-		write(in)
+		node := "k8s-test" // the client's owner's node
+		if ch.NodeFor != nil {
+			node = ch.NodeFor(in.ID)
+		}
+		write(in, node)
 	}
 	for _, u := range ch.Update {
-		write(u.Want)
+		write(u.Want, u.Have.Node)
 	}
 	a.Txns = 1
 	m.changed <- struct{}{}

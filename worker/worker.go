@@ -482,6 +482,7 @@ func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) 
 		return ch, nil
 	}
 	ch.High, ch.Permit = high, permit
+	ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
 	return ch, nil
 }
 

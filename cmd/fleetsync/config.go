@@ -153,9 +153,9 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 
 	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")
-	fs.IntVar(&c.ConsulNodes, "consul-nodes", 1, "spread the cluster's instances over this many synthetic Consul nodes (k8s-<id>, k8s-<id>.1, ...) by a hash of namespace/name; Consul's cost of a write grows with the services on its node, so large clusters want about one node per 100 Services (1,000 instances); changing it moves each Service whose node changed, once, in one transaction per Service")
+	fs.IntVar(&c.ConsulNodes, "consul-nodes", 0, "spread the cluster's instances over this many synthetic Consul nodes (k8s-<id>, k8s-<id>.1, ...) by a consistent hash of namespace/name (0: chosen at start, one per 100 selected Services, the nodes in use kept while they hold 50 to 200 on average); Consul's cost of a write grows with the services on its node; a change moves only the Services whose node changed, once, in one transaction per Service")
 	fs.IntVar(&c.MaxInflight, "consul-max-inflight", 8, "at most this many Consul transactions in flight at once (0: unlimited)")
-	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", "all", "per-worker metric series: all, none, or top-<K> most active workers")
+	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", supervisor.DefaultPerWorker, "per-worker metric series: top-<K> workers (those in trouble first, then the most active since the last scrape), all (one set of series per Service: large at scale), or none; the fleet-wide series are complete either way")
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
 	fs.IntVar(&c.Shards, "shards", 1, "split Services into this many shards, held by the running replicas through Kubernetes Leases (1: this process syncs everything, no Leases)")
@@ -211,8 +211,8 @@ func (c *config) validate() error {
 	if c.IngressLBIPs && !c.EnableIngress {
 		return errors.New("--loadbalancer-ips needs --enable-ingress")
 	}
-	if c.ConsulNodes < 1 || c.ConsulNodes > ownership.MaxNodes {
-		return fmt.Errorf("--consul-nodes=%d: must be between 1 and %d", c.ConsulNodes, ownership.MaxNodes)
+	if c.ConsulNodes < 0 || c.ConsulNodes > ownership.MaxNodes {
+		return fmt.Errorf("--consul-nodes=%d: must be 0 (chosen at start) or between 1 and %d", c.ConsulNodes, ownership.MaxNodes)
 	}
 	if c.KubeQPS <= 0 || c.KubeBurst < 1 {
 		return fmt.Errorf("--kube-api-qps=%g and --kube-api-burst=%d: must be positive", c.KubeQPS, c.KubeBurst)

@@ -62,7 +62,13 @@ func TestConfig(t *testing.T) {
 		{name: "sharded with default lease timing", args: []string{"--cluster-id=x", "--shards=8"}},
 		{name: "renew deadline + retry reaching the lease duration", args: []string{"--cluster-id=x", "--shards=8", "--lease-renew-deadline=13s"},
 			wantErr: "--lease-duration (15s)"},
-		{name: "consul nodes out of range", args: []string{"--cluster-id=x", "--consul-nodes=0"}, wantErr: "--consul-nodes=0"},
+		{name: "consul nodes out of range", args: []string{"--cluster-id=x", "--consul-nodes=-1"}, wantErr: "--consul-nodes=-1"},
+		{name: "consul nodes above the bound", args: []string{"--cluster-id=x", "--consul-nodes=1025"}, wantErr: "--consul-nodes=1025"},
+		{name: "consul nodes chosen at start by default", args: []string{"--cluster-id=x"}, check: func(t *testing.T, c config) {
+			if c.ConsulNodes != 0 {
+				t.Errorf("--consul-nodes default = %d, want 0 (chosen at start)", c.ConsulNodes)
+			}
+		}},
 		{name: "zero kube api qps", args: []string{"--cluster-id=x", "--kube-api-qps=0"}, wantErr: "--kube-api-qps"},
 		{name: "k8s tag equal to cluster id", args: []string{"--cluster-id=k8s"}, wantErr: "--k8s-tag"},
 	}

@@ -35,7 +35,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	mem := planMemory(os.Getenv, cgroupMemoryLimit)
 	mem.apply()
 	cluster, err := ownership.New(cfg.ClusterID)
-	if err == nil {
+	if err == nil && cfg.ConsulNodes > 0 {
 		cluster, err = cluster.WithNodes(cfg.ConsulNodes)
 	}
 	if err != nil {
@@ -94,6 +94,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Reporter:          recorder,
 		Log:               log,
 		Shards:            cfg.Shards,
+		AutoNodes:         cfg.ConsulNodes == 0,
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,
 		NodeCheckInterval: cfg.NodeCheck,

@@ -52,7 +52,8 @@ type bench struct {
 	converged bool
 	slices    map[string]*sliceState // benchNS Service name -> its slice, as last written
 
-	mem []memPoint // memory measurements at increasing sizes
+	mem   []memPoint        // memory measurements at increasing sizes
+	snaps []catalogSnapshot // what each cold start wrote, for the limit scenario
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -148,7 +149,9 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	if b.opts.pprof {
 		args = append(args, "--enable-pprof")
 	}
-	args = append([]string{fmt.Sprintf("--consul-nodes=%d", b.consulNodes())}, args...)
+	if b.opts.consulNodes > 0 {
+		args = append([]string{fmt.Sprintf("--consul-nodes=%d", b.opts.consulNodes)}, args...)
+	}
 	d, err := fixture.SpawnDaemon(b.ctx, fixture.DaemonConfig{
 		ClusterID: clusterID, Kubeconfig: b.kube.KubeconfigPath, ConsulAddr: b.consul.Addr,
 		Namespaces: namespaces, Name: name,
@@ -163,14 +166,15 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	return d, nil
 }
 
-// consulNodes is the daemons' --consul-nodes: as set, else one node per
-// 100 Services of the largest size this run starts (the advice in
-// docs/scaling.md).
-func (b *bench) consulNodes() int {
-	if b.opts.consulNodes > 0 {
-		return b.opts.consulNodes
+// perWorker names the running daemon's --metrics-per-worker.
+func (b *bench) perWorker() string {
+	v := "top-20 (default)"
+	for _, a := range b.daemon.Args {
+		if s, ok := strings.CutPrefix(a, "--metrics-per-worker="); ok {
+			v = s
+		}
 	}
-	return max(1, max(b.opts.services, b.opts.memoryLarge)/100)
+	return "--metrics-per-worker=" + v
 }
 
 // stopDaemon stops the running daemon (SIGTERM, then its shutdown).

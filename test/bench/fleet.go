@@ -37,6 +37,8 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	if err != nil {
 		return r, err
 	}
+	profiled := b.cpuProfile(d, fmt.Sprintf("cold-%d", n), 20)
+	defer profiled()
 	type readiness struct {
 		at  time.Time
 		err error
@@ -145,8 +147,9 @@ func (b *bench) coldStart() error {
 		return err
 	}
 	b.logf("daemon: fleetsync %s", daemonArgs(b.daemon))
-	b.recordCold(r, fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints))
-	return nil
+	label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
+	b.recordCold(r, label)
+	return b.keepSnapshot(label, svcPrefix, r)
 }
 
 // compareColdStart times 200 Services x 5 endpoints (the 1,000 instances
@@ -170,6 +173,9 @@ func (b *bench) compareColdStart() error {
 		return err
 	}
 	b.recordCold(r, "200 x 5")
+	if err := b.keepSnapshot("200 x 5", "cmp-", r); err != nil {
+		return err
+	}
 	b.stopDaemon()
 	if err := parallel(b.ctx, 0, n, func(ctx context.Context, i int) error {
 		return deleteService(ctx, b.kc, compareNS, name(i))
@@ -260,6 +266,7 @@ func (b *bench) measureMemory(services int) error {
 	heap, gor, stacks, retained := math.Inf(1), 0.0, 0.0, 0.0
 	var size int
 	var took time.Duration
+	var series float64
 	for i := range 3 {
 		if i > 0 {
 			if err := sleep(b.ctx, time.Second); err != nil {
@@ -272,7 +279,7 @@ func (b *bench) measureMemory(services int) error {
 			return err
 		}
 		if i == 0 {
-			size, took = n, d
+			size, took, series = n, d, m[seriesCount]
 		}
 		if m["go_memstats_heap_inuse_bytes"] < heap {
 			heap, stacks = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
@@ -294,7 +301,8 @@ func (b *bench) measureMemory(services int) error {
 	b.res.add("memory", label+": Go heap in use", math.Round(heap/mib*10)/10, "MiB", "go_memstats_heap_inuse_bytes")
 	b.res.add("memory", label+": goroutine stacks", math.Round(stacks/mib*10)/10, "MiB", fmt.Sprintf("%.0f goroutines", gor))
 	b.res.add("memory", label+": free heap kept by the Go runtime", math.Round(retained/mib*10)/10, "MiB", "heap idle - released: counted in RSS, not in use")
-	b.res.add("memory", label+": one /metrics scrape", math.Round(float64(size)/mib*100)/100, "MiB", fmt.Sprintf("took %s, --metrics-per-worker=all (default)", took.Round(time.Millisecond)))
+	b.res.add("memory", label+": one /metrics scrape", math.Round(float64(size)/mib*100)/100, "MiB", fmt.Sprintf("took %s; %s", took.Round(time.Millisecond), b.perWorker()))
+	b.res.add("memory", label+": series in one /metrics scrape", series, "series", b.perWorker())
 	return nil
 }
 
@@ -319,6 +327,9 @@ func (b *bench) memoryLarge() error {
 	}
 	label := fmt.Sprintf("%s x %d", formatValue(float64(n)), b.opts.endpoints)
 	b.recordCold(r, label)
+	if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
+		return err
+	}
 	if err := b.measureIdle(label, min(b.opts.idle, 30*time.Second)); err != nil {
 		return err
 	}
@@ -380,6 +391,8 @@ func (b *bench) restart() error {
 		return err
 	}
 	spawned := time.Now()
+	profiled := b.cpuProfile(d, "restart", 5)
+	defer profiled()
 	readyAt, err := waitReady(b.ctx, d, 5*time.Minute)
 	if err != nil {
 		stopWatch()

@@ -148,6 +148,11 @@ func deleteService(ctx context.Context, c kubernetes.Interface, ns, name string)
 // parallel runs fn for every i in [from, to) on `writers` goroutines and
 // returns the first error (the others stop early).
 func parallel(ctx context.Context, from, to int, fn func(ctx context.Context, i int) error) error {
+	return parallelN(ctx, writers, from, to, fn)
+}
+
+// parallelN is parallel on k goroutines.
+func parallelN(ctx context.Context, k, from, to int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var next atomic.Int64
@@ -157,7 +162,7 @@ func parallel(ctx context.Context, from, to int, fn func(ctx context.Context, i 
 		once     sync.Once
 		firstErr error
 	)
-	for range writers {
+	for range k {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)

@@ -15,7 +15,7 @@ import (
 
 // allScenarios in the order they run (the order matters: later scenarios
 // reuse the Services and the daemon earlier ones left).
-var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "inprocess"}
+var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "inprocess"}
 
 // options are the command-line flags.
 type options struct {
@@ -63,7 +63,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.inprocEndpoints, "inprocess-endpoints", 0, "endpoints per Service in the in-process scenario (default 1: Consul must hold them all)")
 	fs.IntVar(&o.inprocShard, "inprocess-shard", 1000, "Services per cluster id (Consul node) in the in-process scenario")
 	fs.IntVar(&o.rolloutEndpoints, "rollout-endpoints", 0, "endpoints of the rolled-out Service, replaced 25 every 500 ms (default 900; 200 with --quick)")
-	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default about one node per 100 Services, at least 1)")
+	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
 	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof and save a heap profile at each memory point (<out>/heap-<services>.pb.gz)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +185,7 @@ func run(ctx context.Context, o options) (err error) {
 		{"rollout", b.rollout},
 		{"churn", b.churn},
 		{"memory", b.memoryLarge},
+		{"limit", b.limit},
 		{"inprocess", b.inprocess},
 	}
 	for _, s := range steps {

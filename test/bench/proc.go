@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
 )
 
 // userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ, 100
@@ -71,8 +74,13 @@ func memStatus(pid int) (rss, hwm float64, err error) {
 	return rss, hwm, sc.Err()
 }
 
+// seriesCount is the key under which scrape returns the number of samples
+// (series) the exposition held.
+const seriesCount = "#series"
+
 // scrape fetches a daemon's /metrics and returns the samples of the named
-// metrics (summed over label sets), the body size and how long it took.
+// metrics (summed over label sets) and the number of series (seriesCount),
+// the body size and how long it took.
 func scrape(ctx context.Context, base string, names ...string) (map[string]float64, int, time.Duration, error) {
 	return scrapeURL(ctx, base+"/metrics", names...)
 }
@@ -98,7 +106,7 @@ func scrapeURL(ctx context.Context, url string, names ...string) (map[string]flo
 	for _, n := range names {
 		want[n] = true
 	}
-	out := map[string]float64{}
+	out := map[string]float64{seriesCount: 0}
 	cr := &countingReader{r: resp.Body}
 	sc := bufio.NewScanner(cr)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -107,6 +115,7 @@ func scrapeURL(ctx context.Context, url string, names ...string) (map[string]flo
 		if line == "" || line[0] == '#' {
 			continue
 		}
+		out[seriesCount]++
 		name := line
 		if i := strings.IndexAny(line, "{ "); i >= 0 {
 			name = line[:i]
@@ -175,6 +184,30 @@ func (w consulWrites) breakdown() string {
 		s += fmt.Sprintf(" + %.0f other", other)
 	}
 	return s
+}
+
+// cpuProfile saves, with --pprof, a CPU profile of the daemon's next secs
+// seconds to <out>/cpu-<name>.pb.gz, in the background: it asks as soon as
+// the daemon's HTTP listener answers. wait returns once it is saved.
+func (b *bench) cpuProfile(d *fixture.Daemon, name string, secs int) (wait func()) {
+	if !b.opts.pprof {
+		return func() {}
+	}
+	path := filepath.Join(b.opts.out, fmt.Sprintf("cpu-%s.pb.gz", name))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && b.ctx.Err() == nil {
+			err := saveURL(b.ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", d.HTTP, secs), path)
+			if err == nil {
+				b.logf("CPU profile of %s: %s (go tool pprof -top %s)", name, path, path)
+				return
+			}
+			_ = sleep(b.ctx, 20*time.Millisecond)
+		}
+	}()
+	return func() { <-done }
 }
 
 // saveURL writes the body of a GET to path.

@@ -23,18 +23,28 @@ import (
 // entry under our ID, a look-alike node, a Consul that never answers, and
 // a cluster-id claim lost to another Kubernetes cluster.
 
-// catalogKeys returns "name/addr:port" of every entry on node.
+// catalogKeys returns "name/addr:port" of every entry on node and on the
+// nodes the cluster spreads over with it (node.<n>).
 func catalogKeys(c *consulapi.Client, node string) (map[string]bool, error) {
-	list, _, err := c.Catalog().NodeServiceList(node, nil)
+	nodes, _, err := c.Catalog().Nodes(nil)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
-	if list == nil {
-		return out, nil
-	}
-	for _, s := range list.Services {
-		out[fmt.Sprintf("%s/%s:%d", s.Service, s.Address, s.Port)] = true
+	for _, n := range nodes {
+		if !fixture.OnClusterNode(n.Node, node) {
+			continue
+		}
+		list, _, err := c.Catalog().NodeServiceList(n.Node, nil)
+		if err != nil {
+			return nil, err
+		}
+		if list == nil {
+			continue
+		}
+		for _, s := range list.Services {
+			out[fmt.Sprintf("%s/%s:%d", s.Service, s.Address, s.Port)] = true
+		}
 	}
 	return out, nil
 }

@@ -79,7 +79,7 @@ func (g *guard) watch() {
 		present := map[string]bool{}
 		ok := true
 		for _, name := range g.services {
-			ins, err := fixture.Instances(g.client, name, g.node)
+			ins, err := fixture.ClusterInstances(g.client, name, g.node)
 			if err != nil {
 				ok = false // Consul unreachable: not a loss we can see
 				break

@@ -161,3 +161,116 @@ func TestSpreadOverConsulNodes(t *testing.T) {
 		t.Errorf("purge output does not report %d instances", want-perService)
 	}
 }
+
+// TestAutoConsulNodes: with the default --consul-nodes (0: chosen at
+// start) 250 Services spread over 3 nodes (one per 100), each on the node
+// of its consistent hash; a restart with 140 Services left keeps the 3
+// nodes (50 to 200 per node are kept) and writes only the 110 deletions;
+// with 80 left the cluster goes back to one node, moving only the Services
+// that were not on it, one transaction each, never leaving Consul.
+func TestAutoConsulNodes(t *testing.T) {
+	e := newEnv(t)
+	ctx, c := e.ctx, kube.Client
+	const services = 250
+	ports := map[string]int32{"http": 80}
+	name := func(i int) string { return fmt.Sprintf("svc-%d", i) }
+	for i := range services {
+		must(t, fixture.ApplyService(ctx, c, fixture.Service(e.ns, name(i), map[string]string{optIn: "true"}, ports)))
+		must(t, fixture.ApplySlice(ctx, c, fixture.Slice(e.ns, name(i), name(i)+"-a", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(i, 0, 1))))
+	}
+	cluster, err := ownership.New(e.cluster)
+	must(t, err)
+	layout := func(n int) ownership.Cluster {
+		c, err := cluster.WithNodes(n)
+		must(t, err)
+		return c
+	}
+	// placedBy waits until Consul holds exactly the instances of the
+	// first n Services, each on its node of spread, on nodes nodes.
+	placedBy := func(n int, spread ownership.Cluster, nodes int) {
+		t.Helper()
+		eventually(t, 60*time.Second, fmt.Sprintf("%d Services on their nodes of %d", n, spread.Nodes()), func() error {
+			placed := clusterNodes(t, e.cluster)
+			got := 0
+			for node, ids := range placed {
+				for _, id := range ids {
+					if want := spread.NodeNameFor(id); want != node {
+						return fmt.Errorf("%s on %s, want %s", id, node, want)
+					}
+					got++
+				}
+			}
+			if got != n {
+				return fmt.Errorf("%d of %d instances", got, n)
+			}
+			if used := 0; true {
+				for _, ids := range placed {
+					if len(ids) > 0 {
+						used++
+					}
+				}
+				if used != nodes {
+					return fmt.Errorf("instances on %d nodes, want %d", used, nodes)
+				}
+			}
+			return nil
+		})
+	}
+	chosen := func(d *fixture.Daemon) float64 { return metricValue(scrape(t, d), "fleetsync_consul_nodes") }
+
+	d := e.daemon()
+	placedBy(services, layout(3), 3)
+	if n := chosen(d); n != 3 {
+		t.Errorf("250 Services: fleetsync_consul_nodes = %v, want 3", n)
+	}
+
+	// 140 left (2 advised, 3 in use: kept). Only the 110 deletions write.
+	must(t, d.Stop())
+	for i := 140; i < services; i++ {
+		must(t, c.CoreV1().Services(e.ns).Delete(ctx, name(i), metav1.DeleteOptions{}))
+	}
+	txns := catalogTxns(t)
+	must(t, d.Restart(ctx, false))
+	must(t, d.WaitReady(ctx, 30*time.Second))
+	placedBy(140, layout(3), 3)
+	if n := chosen(d); n != 3 {
+		t.Errorf("140 Services on 3 nodes: fleetsync_consul_nodes = %v, want 3 (kept)", n)
+	}
+	if w := catalogTxns(t) - txns; w != 110 {
+		t.Errorf("restart with 110 Services deleted: %v catalog writes, want 110 (the deletions, no move)", w)
+	}
+
+	// 80 left (1 advised, 3 in use: too many). Every Service not on the
+	// first node moves there in one transaction; the 60 deletions write.
+	must(t, d.Stop())
+	for i := 80; i < 140; i++ {
+		must(t, c.CoreV1().Services(e.ns).Delete(ctx, name(i), metav1.DeleteOptions{}))
+	}
+	moves := 0
+	for i := range 80 {
+		if layout(3).NodeNameFor(cluster.InstanceID(e.ns, name(i), "10.0.0.1", 80)) != cluster.NodeName() {
+			moves++
+		}
+	}
+	txns = catalogTxns(t)
+	must(t, d.Restart(ctx, false))
+	must(t, d.WaitReady(ctx, 30*time.Second))
+	placedBy(80, layout(1), 1)
+	if n := chosen(d); n != 1 {
+		t.Errorf("80 Services on 3 nodes: fleetsync_consul_nodes = %v, want 1", n)
+	}
+	eventually(t, 15*time.Second, "the moves and deletions written", func() error {
+		if w := catalogTxns(t) - txns; w != float64(60+moves) {
+			return fmt.Errorf("%v catalog writes, want %d (60 deletions + %d moves)", w, 60+moves, moves)
+		}
+		return nil
+	})
+	t.Logf("3 nodes -> 1: %d of 80 Services moved, one transaction each", moves)
+	txns = catalogTxns(t)
+	must(t, d.Restart(ctx, false))
+	must(t, d.WaitReady(ctx, 30*time.Second))
+	placedBy(80, layout(1), 1)
+	if w := catalogTxns(t) - txns; w != 0 {
+		t.Errorf("restart on one node: %v catalog writes, want 0", w)
+	}
+}

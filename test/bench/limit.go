@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// limitInflight is how many transactions the limit writer keeps in flight:
+// the daemon's default --consul-max-inflight.
+const limitInflight = 8
+
+// catalogGroup is one Consul service's instances on one node, as fleetsync
+// wrote them: what one fleetsync transaction per Service carried.
+type catalogGroup struct {
+	node     string
+	services []*consulapi.AgentService
+	checks   map[string]*consulapi.HealthCheck // by service ID
+}
+
+// catalogSnapshot is every instance a cold start left on the cluster's
+// nodes, with its check and node, read from Consul: the limit writes
+// exactly these entries, on exactly these nodes.
+type catalogSnapshot struct {
+	label     string
+	prefix    string // of the Consul service names
+	cold      coldResult
+	nodes     map[string]*consulapi.Node
+	groups    []catalogGroup
+	instances int
+}
+
+// snapshotCatalog reads every instance (service + check) fleetsync wrote
+// on the cluster's nodes for the services starting with prefix.
+func (b *bench) snapshotCatalog(prefix string) (catalogSnapshot, error) {
+	s := catalogSnapshot{nodes: map[string]*consulapi.Node{}}
+	nodes, _, err := b.consul.Client.Catalog().Nodes((&consulapi.QueryOptions{NodeMeta: clusterMeta}).WithContext(b.ctx))
+	if err != nil {
+		return s, fmt.Errorf("consul /v1/catalog/nodes: %w", err)
+	}
+	for _, n := range nodes {
+		list, _, err := b.consul.Client.Catalog().NodeServiceList(n.Node, (&consulapi.QueryOptions{}).WithContext(b.ctx))
+		if err != nil {
+			return s, fmt.Errorf("consul /v1/catalog/node-services/%s: %w", n.Node, err)
+		}
+		checks, _, err := b.consul.Client.Health().Node(n.Node, (&consulapi.QueryOptions{}).WithContext(b.ctx))
+		if err != nil {
+			return s, fmt.Errorf("consul /v1/health/node/%s: %w", n.Node, err)
+		}
+		if list == nil {
+			continue
+		}
+		s.nodes[n.Node] = n
+		byID := map[string]*consulapi.HealthCheck{}
+		for _, c := range checks {
+			byID[c.ServiceID] = c
+		}
+		byName := map[string]*catalogGroup{}
+		for _, svc := range list.Services {
+			if !strings.HasPrefix(svc.Service, prefix) {
+				continue
+			}
+			g := byName[svc.Service]
+			if g == nil {
+				g = &catalogGroup{node: n.Node, checks: map[string]*consulapi.HealthCheck{}}
+				byName[svc.Service] = g
+			}
+			g.services = append(g.services, svc)
+			if c := byID[svc.ID]; c != nil {
+				g.checks[svc.ID] = c
+			}
+			s.instances++
+		}
+		for _, g := range byName {
+			sort.Slice(g.services, func(i, j int) bool { return g.services[i].ID < g.services[j].ID })
+			s.groups = append(s.groups, *g)
+		}
+	}
+	sort.Slice(s.groups, func(i, j int) bool { return s.groups[i].services[0].ID < s.groups[j].services[0].ID })
+	return s, nil
+}
+
+// limitNodes serialises the creation of each node as fleetsync's client
+// does: the first transaction on a node creates it (CAS on index 0) while
+// the others wait, then every transaction carries a CAS on the index it
+// was created at.
+type limitNodes struct {
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+	index map[string]uint64
+}
+
+func (l *limitNodes) lock(node string) *sync.Mutex {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.locks[node]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.locks[node] = m
+	}
+	return m
+}
+
+func (l *limitNodes) known(node string) (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, ok := l.index[node]
+	return i, ok
+}
+
+func (l *limitNodes) set(node string, i uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index[node] = i
+}
+
+// txnOps is one transaction of a group in fleetsync's shape: the node op,
+// then a service op and a check op per instance (at most 128 ops: larger
+// groups are split as fleetsync splits them).
+func txnOps(n *consulapi.Node, index uint64, svcs []*consulapi.AgentService, checks map[string]*consulapi.HealthCheck) consulapi.TxnOps {
+	ops := consulapi.TxnOps{{Node: &consulapi.NodeTxnOp{Verb: consulapi.NodeCAS, Node: consulapi.Node{
+		Node: n.Node, Address: n.Address, Meta: n.Meta, ModifyIndex: index,
+	}}}}
+	for _, s := range svcs {
+		ops = append(ops, &consulapi.TxnOp{Service: &consulapi.ServiceTxnOp{Verb: consulapi.ServiceCAS, Node: n.Node,
+			Service: consulapi.AgentService{ID: s.ID, Service: s.Service, Address: s.Address, Port: s.Port, Tags: s.Tags, Meta: s.Meta}}})
+		if c := checks[s.ID]; c != nil {
+			ops = append(ops, &consulapi.TxnOp{Check: &consulapi.CheckTxnOp{Verb: consulapi.CheckCAS, Check: consulapi.HealthCheck{
+				Node: n.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status, Output: c.Output,
+				ServiceID: c.ServiceID, ServiceName: c.ServiceName, Type: c.Type,
+			}}})
+		}
+	}
+	return ops
+}
+
+// writeLimit writes the snapshot into Consul with raw transactions,
+// inflight at a time, and returns how long that took (first send to last
+// answer) and how many transactions it sent.
+func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int, error) {
+	type txn struct {
+		node string
+		svcs []*consulapi.AgentService
+		chk  map[string]*consulapi.HealthCheck
+	}
+	var txns []txn
+	const perTxn = 63 // (128 - node op) / 2 ops per instance
+	for _, g := range s.groups {
+		for i := 0; i < len(g.services); i += perTxn {
+			txns = append(txns, txn{g.node, g.services[i:min(i+perTxn, len(g.services))], g.checks})
+		}
+	}
+	nodes := &limitNodes{locks: map[string]*sync.Mutex{}, index: map[string]uint64{}}
+	kv := b.consul.Client.Txn()
+	send := func(ctx context.Context, t txn) error {
+		n := s.nodes[t.node]
+		idx, ok := nodes.known(t.node)
+		if !ok {
+			m := nodes.lock(t.node)
+			m.Lock()
+			defer m.Unlock()
+			idx, ok = nodes.known(t.node)
+		}
+		okTxn, resp, _, err := kv.Txn(txnOps(n, idx, t.svcs, t.chk), (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("limit transaction on %s: %w", t.node, err)
+		}
+		if !okTxn {
+			return fmt.Errorf("limit transaction on %s rolled back: %v", t.node, resp.Errors)
+		}
+		if !ok {
+			for _, r := range resp.Results {
+				if r.Node != nil {
+					nodes.set(t.node, r.Node.ModifyIndex)
+				}
+			}
+		}
+		return nil
+	}
+	start := time.Now()
+	err := parallelN(b.ctx, inflight, 0, len(txns), func(ctx context.Context, i int) error { return send(ctx, txns[i]) })
+	return time.Since(start), len(txns), err
+}
+
+// keepSnapshot reads what a cold start wrote, for the limit scenario.
+func (b *bench) keepSnapshot(label, prefix string, r coldResult) error {
+	if !b.opts.has("limit") {
+		return nil
+	}
+	s, err := b.snapshotCatalog(prefix)
+	if err != nil {
+		return err
+	}
+	if s.instances != r.services*r.endpoints {
+		return fmt.Errorf("snapshot of %s: %d instances, not %d", label, s.instances, r.services*r.endpoints)
+	}
+	s.label, s.prefix, s.cold = label, prefix, r
+	b.snaps = append(b.snaps, s)
+	return nil
+}
+
+// limit replays every cold start of this run into a fresh Consul with raw
+// transactions and prints fleetsync's cold start as a ratio of it.
+func (b *bench) limit() error {
+	fmt.Printf("\n== limit: the same instances written straight into a fresh Consul (raw /v1/txn, fleetsync's shape and node layout, %d in flight)\n", limitInflight)
+	if len(b.snaps) == 0 {
+		// Run alone: a cold start of its own first.
+		b.stopDaemon()
+		if err := b.restartConsul(); err != nil {
+			return err
+		}
+		if err := b.populate(b.opts.services, b.opts.endpoints); err != nil {
+			return err
+		}
+		r, err := b.coldRun("fleetsync", []string{benchNS, rolloutNS}, svcPrefix, b.opts.services, b.opts.endpoints)
+		if err != nil {
+			return err
+		}
+		label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
+		b.recordCold(r, label)
+		if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
+			return err
+		}
+	}
+	b.stopDaemon()
+	for _, s := range b.snaps {
+		if err := b.restartConsul(); err != nil {
+			return err
+		}
+		base, err := b.consulWrites()
+		if err != nil {
+			return err
+		}
+		took, sent, err := b.writeLimit(s, limitInflight)
+		if err != nil {
+			return err
+		}
+		if _, err := b.quietApplies(2 * time.Second); err != nil {
+			return err
+		}
+		after, err := b.consulWrites()
+		if err != nil {
+			return err
+		}
+		_, total, err := b.nodeState(s.prefix)
+		if err != nil {
+			return err
+		}
+		if total != s.instances {
+			return fmt.Errorf("limit %s: %d of %d instances in Consul after the writes", s.label, total, s.instances)
+		}
+		w := after.minus(base)
+		inst := float64(s.instances)
+		sc := "limit"
+		b.res.add(sc, fmt.Sprintf("%s: limit, time to all %s instances", s.label, formatValue(inst)), secs(took), "s",
+			fmt.Sprintf("%d transactions over %d nodes, %d in flight", sent, len(s.nodes), limitInflight))
+		b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/took.Seconds()), "instances/s", "")
+		b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
+		b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(took.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
+			fmt.Sprintf("limit %.2f s / fleetsync %.2f s (spawn to all seen); target >= 0.8", took.Seconds(), s.cold.toAll.Seconds()))
+	}
+	b.snaps = nil
+	return b.restartConsul()
+}
