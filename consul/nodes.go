@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -78,6 +79,74 @@ type nodeRegistry struct {
 	// returned for an entry on it: the node's catalog index cannot be
 	// below it unless Consul lost or rolled back data.
 	high map[string]uint64
+	// witnesses are the latest committed service writes, newest last.
+	witnesses []Witness
+}
+
+// Witness is one committed service write: the entry must be in Consul at
+// that index (or a later one of ours) unless Consul lost or rolled it back.
+type Witness struct {
+	Node, ID, Name string
+	Index          uint64
+}
+
+// maxWitnesses bounds nodeRegistry.witnesses.
+const maxWitnesses = 16
+
+// witnessed records a committed write of an entry (index > 0), or our own
+// delete of it (index 0): a deleted or rewritten entry is no witness.
+func (r *nodeRegistry) witnessed(w Witness) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID })
+	if w.Index == 0 {
+		return
+	}
+	r.witnesses = append(r.witnesses, w)
+	if len(r.witnesses) > maxWitnesses {
+		r.witnesses = slices.Delete(r.witnesses, 0, len(r.witnesses)-maxWitnesses)
+	}
+}
+
+// LatestWitness returns the latest committed service write still standing
+// (none since the start or the last ResetCommitted: false).
+func (c *Client) LatestWitness() (Witness, bool) {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	if len(c.nodes.witnesses) == 0 {
+		return Witness{}, false
+	}
+	return c.nodes.witnesses[len(c.nodes.witnesses)-1], true
+}
+
+// IsWitness reports whether w is still a standing witness (no later write
+// or delete of ours replaced it).
+func (c *Client) IsWitness(w Witness) bool {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	return slices.Contains(c.nodes.witnesses, w)
+}
+
+// ReadWitness reads w's entry (one small request): its service index, or
+// found false when it is not in Consul.
+func (c *Client) ReadWitness(ctx context.Context, w Witness) (index uint64, found bool, err error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return 0, false, err
+	}
+	defer c.reads.Release(1)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
+	entries, _, err := c.api.HealthService(w.Name, q)
+	if err != nil {
+		return 0, false, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))
+	}
+	for _, e := range entries {
+		if e.Service != nil && e.Node != nil && e.Service.ID == w.ID && e.Node.Node == w.Node {
+			return e.Service.ModifyIndex, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 func (r *nodeRegistry) sawIndex(node string, i uint64) {
@@ -114,7 +183,7 @@ func (c *Client) CommittedNodes() []string {
 // Consul lost or rolled back its data, history starts again.
 func (c *Client) ResetCommitted() {
 	c.nodes.mu.Lock()
-	c.nodes.high = nil
+	c.nodes.high, c.nodes.witnesses = nil, nil
 	c.nodes.mu.Unlock()
 	c.nodes.forget()
 	c.unsure.Store(true) // the claim may be gone too: re-check it first
@@ -152,7 +221,7 @@ func (c *Client) KVIndex(ctx context.Context, key string) (uint64, error) {
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	_, meta, err := c.api.KVGet(key, (&api.QueryOptions{}).WithContext(rctx))
+	_, meta, err := c.api.KVGet(key, c.opts.Scope.kvQuery(&api.QueryOptions{}).WithContext(rctx))
 	if err != nil {
 		return 0, fmt.Errorf("read the KV index (key %s): %w", key, c.ctxErr(ctx, err))
 	}

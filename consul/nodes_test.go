@@ -73,3 +73,53 @@ func TestFailedGuardKeepsTheFailedNodeOp(t *testing.T) {
 		t.Fatalf("located %+v: want the guard, node k8s-a and a conflict", te)
 	}
 }
+
+// TestWitnessIsTheLatestStandingWrite: the latest committed write is the
+// witness, read back at its index; our own delete of it retires it; an
+// entry someone else removed (or a restore undid) reads as gone.
+func TestWitnessIsTheLatestStandingWrite(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "witness"}
+	c := NewClient(a.Client, owner, Options{})
+	if _, ok := c.LatestWitness(); ok {
+		t.Fatal("a witness before any write")
+	}
+	first, second := owner.instance(0, "wit"), owner.instance(1, "wit")
+	if _, err := c.Apply(ctx, Change{Register: []Instance{first}}); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := c.Apply(ctx, Change{Register: []Instance{second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok := c.LatestWitness()
+	if !ok || w.ID != second.ID || w.Name != "wit" || w.Node != "k8s-witness" || w.Index != applied.Written[0].ServiceIndex {
+		t.Fatalf("witness %+v, want %s at %d", w, second.ID, applied.Written[0].ServiceIndex)
+	}
+	if i, found, err := c.ReadWitness(ctx, w); err != nil || !found || i != w.Index {
+		t.Fatalf("ReadWitness: %d %v %v, want %d", i, found, err, w.Index)
+	}
+	// Our delete retires it: the previous write is the witness again.
+	if _, err := c.Apply(ctx, Change{Deregister: []Registered{applied.Written[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	if c.IsWitness(w) {
+		t.Fatal("a deleted entry is still a witness")
+	}
+	w, ok = c.LatestWitness()
+	if !ok || w.ID != first.ID {
+		t.Fatalf("witness after the delete %+v, want %s", w, first.ID)
+	}
+	// Removed behind our back: gone.
+	if _, err := a.Client.Catalog().Deregister(&api.CatalogDeregistration{Node: w.Node, ServiceID: w.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := c.ReadWitness(ctx, w); err != nil || found {
+		t.Fatalf("ReadWitness of a removed entry: found %v, %v", found, err)
+	}
+	c.ResetCommitted()
+	if _, ok := c.LatestWitness(); ok {
+		t.Fatal("a witness survived ResetCommitted")
+	}
+}

@@ -352,7 +352,11 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
+			c.nodes.witnessed(Witness{ID: g.have.ID})
 			continue
+		}
+		if i := svcIndex[g.want.ID]; i > 0 {
+			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i})
 		}
 		r := Registered{Instance: g.want, Node: g.node, HasCheck: true, Namespace: c.opts.Scope.NamespaceOf(g.want)}
 		if g.have != nil {

@@ -32,6 +32,7 @@ const (
 	SignalNodeVanished  = "node_vanished"
 	SignalNodeRecreated = "node_recreated"
 	SignalIndexBack     = "index_went_back"
+	SignalEntryLost     = "entry_lost"
 	SignalWorker        = "worker_evidence"
 )
 
@@ -147,6 +148,39 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 	return out
 }
 
+// WitnessReader is implemented by a Store that keeps its latest committed
+// writes (consul.Client): the entry of the latest one must be in Consul at
+// its index or a later one. A restore taken before that write undoes it,
+// and catalog writes right after the restore cannot hide that, as they can
+// hide the nodes' indexes going back.
+type WitnessReader interface {
+	LatestWitness() (consul.Witness, bool)
+	IsWitness(consul.Witness) bool
+	ReadWitness(ctx context.Context, w consul.Witness) (index uint64, found bool, err error)
+}
+
+// checkWitness reads the latest witness; gone or older than written (twice,
+// and still the latest of ours: a delete or rewrite of ours committing
+// while it was read is no loss) is a finding.
+func checkWitness(ctx context.Context, wr WitnessReader) []finding {
+	w, ok := wr.LatestWitness()
+	if !ok {
+		return nil
+	}
+	var index uint64
+	for range 2 {
+		i, found, err := wr.ReadWitness(ctx, w)
+		if err != nil || (found && i >= w.Index) || !wr.IsWitness(w) {
+			return nil
+		}
+		index = i
+	}
+	if index == 0 {
+		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}
+	}
+	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}
+}
+
 // KVIndexReader is implemented by a Store that can read the KV index of a
 // key (consul.Client); see Options.StateKey.
 type KVIndexReader interface {
@@ -212,6 +246,9 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			if ix, err := kr.KVIndex(ctx, s.opts.StateKey); err == nil {
 				found = d.checkKV(ix)
 			}
+		}
+		if wr, ok := s.opts.Store.(WitnessReader); ok && len(found) == 0 {
+			found = checkWitness(ctx, wr)
 		}
 		if len(found) > 0 {
 			s.dataLost(nw, &d, found)

@@ -462,3 +462,86 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 		t.Fatalf("signals %v, want [%s]", sig, SignalIndexBack)
 	}
 }
+
+// witnessStore is a watchStore with a latest write whose entry reads as
+// set: at an index, or gone.
+type witnessStore struct {
+	*watchStore
+	wmu      sync.Mutex
+	w        consul.Witness
+	standing bool
+	found    bool
+	index    uint64
+}
+
+func (s *witnessStore) LatestWitness() (consul.Witness, bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.w, s.w.ID != ""
+}
+
+func (s *witnessStore) IsWitness(w consul.Witness) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.standing && w == s.w
+}
+
+func (s *witnessStore) ReadWitness(context.Context, consul.Witness) (uint64, bool, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.index, s.found, nil
+}
+
+func (s *witnessStore) setEntry(found bool, index uint64, standing bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.found, s.index, s.standing = found, index, standing
+}
+
+// TestWitnessLostIsLoss: the entry of our latest committed write gone, or
+// at an older index, makes every worker re-read (a restore that catalog
+// writes right after it hid from the node indexes; found by the soak); the
+// same entry gone because our own delete of it just committed is not.
+func TestWitnessLostIsLoss(t *testing.T) {
+	w := newFakeWatcher()
+	for i := range 3 {
+		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
+		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
+	}
+	close(w.synced)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
+		w: consul.Witness{Node: "k8s-test", ID: "k8s_test_ns_s0_10.1.0.1_8080", Name: "s0", Index: 70}, standing: true, found: true, index: 70}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	hooks := &lossHooks{}
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+	})
+	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
+	check := func() {
+		t.Helper()
+		f.waitFor(t, "the check's timer", clk.HasWaiters)
+		clk.Step(time.Second)
+		select {
+		case <-store.nodeReads:
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("the watch did not read the nodes")
+		}
+	}
+	<-store.nodeReads // the first check, at bootstrap
+	store.setEntry(true, 90, true) // rewritten later (by us, not recorded yet): fine
+	check()
+	store.setEntry(false, 0, false) // gone, but our own delete replaced it: fine
+	check()
+	check() // and a check after it, so that the one before has finished
+	if sig, _ := hooks.got(); len(sig) != 0 {
+		t.Fatalf("signals %v with the witness standing or retired by us", sig)
+	}
+	reads := store.readCount()
+	store.setEntry(true, 60, true) // older than written: rolled back
+	check()
+	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	}
+}

@@ -126,8 +126,8 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 	m.repairs = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_fleet_antientropy_repairs_total",
 		Help: "Anti-entropy passes that found drift and wrote a repair."})
 	m.dataLost = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_consul_data_loss_detected_total",
-		Help: "Signs that Consul lost or rolled back data (every worker re-read and repaired its Service), by signal: node_vanished, node_recreated, index_went_back, worker_evidence."}, []string{"signal"})
-	for _, sig := range []string{SignalNodeVanished, SignalNodeRecreated, SignalIndexBack, SignalWorker} {
+		Help: "Signs that Consul lost or rolled back data (every worker re-read and repaired its Service), by signal: node_vanished, node_recreated, index_went_back, entry_lost, worker_evidence."}, []string{"signal"})
+	for _, sig := range []string{SignalNodeVanished, SignalNodeRecreated, SignalIndexBack, SignalEntryLost, SignalWorker} {
 		m.dataLost.WithLabelValues(sig)
 	}
 	m.foreignNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_nodes",

@@ -168,6 +168,8 @@ func memOf(s Store) *memStore {
 		return s.memStore
 	case *downStore:
 		return s.memStore
+	case *witnessStore:
+		return s.memStore
 	}
 	panic("unknown store")
 }

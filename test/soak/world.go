@@ -6,6 +6,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,9 +169,15 @@ func (w *world) startDaemons() error {
 
 // stop ends every process and proxy the run started.
 func (w *world) stop() {
+	_ = os.MkdirAll(w.opts.out, 0o755)
 	for _, c := range w.clusters {
 		for _, r := range c.replicas {
 			if d := r.daemon(); d != nil {
+				_ = d.Stop()
+				// Keep the log (its last process's) beside result.json.
+				if b, err := os.ReadFile(d.LogPath); err == nil {
+					_ = os.WriteFile(filepath.Join(w.opts.out, "fleetsync-"+r.id+".log"), b, 0o644)
+				}
 				_ = d.Close()
 			}
 			if r.proxy != nil {
