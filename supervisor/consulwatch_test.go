@@ -528,7 +528,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 			t.Fatal("the watch did not read the nodes")
 		}
 	}
-	<-store.nodeReads // the first check, at bootstrap
+	<-store.nodeReads              // the first check, at bootstrap
 	store.setEntry(true, 90, true) // rewritten later (by us, not recorded yet): fine
 	check()
 	store.setEntry(false, 0, false) // gone, but our own delete replaced it: fine
