@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -88,35 +89,38 @@ type nodeRegistry struct {
 type Witness struct {
 	Node, ID, Name string
 	Index          uint64
+	At             time.Time // when it was committed
 }
 
-// maxWitnesses bounds nodeRegistry.witnesses.
-const maxWitnesses = 16
+// Witnesses are kept one per witnessEvery at most, for witnessFor.
+const (
+	witnessEvery = 500 * time.Millisecond
+	witnessFor   = 5 * time.Minute
+)
 
 // witnessed records a committed write of an entry (index > 0), or our own
-// delete of it (index 0): a deleted or rewritten entry is no witness.
+// delete of it (index 0): a deleted or rewritten entry is no witness. One
+// write per witnessEvery is kept, for witnessFor: a restore of a snapshot
+// of any age up to that undoes at least one of them.
 func (r *nodeRegistry) witnessed(w Witness) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID })
+	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID || w.At.Sub(o.At) > witnessFor })
 	if w.Index == 0 {
 		return
 	}
-	r.witnesses = append(r.witnesses, w)
-	if len(r.witnesses) > maxWitnesses {
-		r.witnesses = slices.Delete(r.witnesses, 0, len(r.witnesses)-maxWitnesses)
+	if n := len(r.witnesses); n > 0 && w.At.Sub(r.witnesses[n-1].At) < witnessEvery {
+		return
 	}
+	r.witnesses = append(r.witnesses, w)
 }
 
-// LatestWitness returns the latest committed service write still standing
-// (none since the start or the last ResetCommitted: false).
-func (c *Client) LatestWitness() (Witness, bool) {
+// Witnesses returns the standing witnesses, oldest first (none since the
+// start or the last ResetCommitted).
+func (c *Client) Witnesses() []Witness {
 	c.nodes.mu.Lock()
 	defer c.nodes.mu.Unlock()
-	if len(c.nodes.witnesses) == 0 {
-		return Witness{}, false
-	}
-	return c.nodes.witnesses[len(c.nodes.witnesses)-1], true
+	return slices.Clone(c.nodes.witnesses)
 }
 
 // IsWitness reports whether w is still a standing witness (no later write

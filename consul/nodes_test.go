@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -74,52 +75,61 @@ func TestFailedGuardKeepsTheFailedNodeOp(t *testing.T) {
 	}
 }
 
-// TestWitnessIsTheLatestStandingWrite: the latest committed write is the
-// witness, read back at its index; our own delete of it retires it; an
-// entry someone else removed (or a restore undid) reads as gone.
-func TestWitnessIsTheLatestStandingWrite(t *testing.T) {
+// TestWitnesses: a committed write is a witness, read back at its index;
+// writes closer together than witnessEvery keep the first; our own delete
+// retires one; an entry someone else removed (or a restore undid) reads as
+// gone.
+func TestWitnesses(t *testing.T) {
 	a := needConsul(t)
 	ctx := t.Context()
 	owner := testOwner{id: "witness"}
 	c := NewClient(a.Client, owner, Options{})
-	if _, ok := c.LatestWitness(); ok {
-		t.Fatal("a witness before any write")
+	if ws := c.Witnesses(); len(ws) != 0 {
+		t.Fatalf("witnesses before any write: %+v", ws)
 	}
 	first, second := owner.instance(0, "wit"), owner.instance(1, "wit")
-	if _, err := c.Apply(ctx, Change{Register: []Instance{first}}); err != nil {
-		t.Fatal(err)
-	}
-	applied, err := c.Apply(ctx, Change{Register: []Instance{second}})
+	applied, err := c.Apply(ctx, Change{Register: []Instance{first}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, ok := c.LatestWitness()
-	if !ok || w.ID != second.ID || w.Name != "wit" || w.Node != "k8s-witness" || w.Index != applied.Written[0].ServiceIndex {
-		t.Fatalf("witness %+v, want %s at %d", w, second.ID, applied.Written[0].ServiceIndex)
+	if _, err := c.Apply(ctx, Change{Register: []Instance{second}}); err != nil {
+		t.Fatal(err)
 	}
+	ws := c.Witnesses()
+	if len(ws) != 1 || ws[0].ID != first.ID || ws[0].Name != "wit" || ws[0].Node != "k8s-witness" || ws[0].Index != applied.Written[0].ServiceIndex {
+		t.Fatalf("witnesses %+v, want only %s at %d (the second write came within %s)", ws, first.ID, applied.Written[0].ServiceIndex, witnessEvery)
+	}
+	w := ws[0]
 	if i, found, err := c.ReadWitness(ctx, w); err != nil || !found || i != w.Index {
 		t.Fatalf("ReadWitness: %d %v %v, want %d", i, found, err, w.Index)
 	}
-	// Our delete retires it: the previous write is the witness again.
-	if _, err := c.Apply(ctx, Change{Deregister: []Registered{applied.Written[0]}}); err != nil {
-		t.Fatal(err)
-	}
-	if c.IsWitness(w) {
-		t.Fatal("a deleted entry is still a witness")
-	}
-	w, ok = c.LatestWitness()
-	if !ok || w.ID != first.ID {
-		t.Fatalf("witness after the delete %+v, want %s", w, first.ID)
-	}
-	// Removed behind our back: gone.
+	// Removed behind our back: gone, and still a witness.
 	if _, err := a.Client.Catalog().Deregister(&api.CatalogDeregistration{Node: w.Node, ServiceID: w.ID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, err := c.ReadWitness(ctx, w); err != nil || found {
-		t.Fatalf("ReadWitness of a removed entry: found %v, %v", found, err)
+	if _, found, err := c.ReadWitness(ctx, w); err != nil || found || !c.IsWitness(w) {
+		t.Fatalf("ReadWitness of a removed entry: found %v, %v; standing %v", found, err, c.IsWitness(w))
+	}
+	// Our own delete retires it.
+	if _, err := c.Apply(ctx, Change{Register: []Instance{first}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := c.ReadService(ctx, "wit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cur {
+		if r.ID == first.ID {
+			if _, err := c.Apply(ctx, Change{Deregister: []Registered{r}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c.IsWitness(w) || slices.ContainsFunc(c.Witnesses(), func(o Witness) bool { return o.ID == first.ID }) {
+		t.Fatalf("a deleted entry is still a witness: %+v", c.Witnesses())
 	}
 	c.ResetCommitted()
-	if _, ok := c.LatestWitness(); ok {
-		t.Fatal("a witness survived ResetCommitted")
+	if ws := c.Witnesses(); len(ws) != 0 {
+		t.Fatalf("witnesses survived ResetCommitted: %+v", ws)
 	}
 }

@@ -346,17 +346,18 @@ func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
 			}
 		}
 	}
+	now := time.Now()
 	for _, g := range groups {
 		if g.kind != kindDeregister {
 			c.nodes.sawIndex(g.node, svcIndex[g.want.ID]) // checks do not raise the node index
 		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
-			c.nodes.witnessed(Witness{ID: g.have.ID})
+			c.nodes.witnessed(Witness{ID: g.have.ID, At: now})
 			continue
 		}
 		if i := svcIndex[g.want.ID]; i > 0 {
-			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i})
+			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i, At: now})
 		}
 		r := Registered{Instance: g.want, Node: g.node, HasCheck: true, Namespace: c.opts.Scope.NamespaceOf(g.want)}
 		if g.have != nil {

@@ -3,8 +3,10 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
 )
@@ -148,25 +150,57 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 	return out
 }
 
-// WitnessReader is implemented by a Store that keeps its latest committed
-// writes (consul.Client): the entry of the latest one must be in Consul at
-// its index or a later one. A restore taken before that write undoes it,
-// and catalog writes right after the restore cannot hide that, as they can
+// WitnessReader is implemented by a Store that keeps witnesses of its
+// committed writes (consul.Client): each entry must be in Consul at its
+// index or a later one. A restore taken before such a write undoes it, and
+// catalog writes right after the restore cannot hide that, as they can
 // hide the nodes' indexes going back.
 type WitnessReader interface {
-	LatestWitness() (consul.Witness, bool)
+	Witnesses() []consul.Witness // oldest first
 	IsWitness(consul.Witness) bool
 	ReadWitness(ctx context.Context, w consul.Witness) (index uint64, found bool, err error)
 }
 
-// checkWitness reads the latest witness; gone or older than written (twice,
-// and still the latest of ours: a delete or rewrite of ours committing
-// while it was read is no loss) is a finding.
-func checkWitness(ctx context.Context, wr WitnessReader) []finding {
-	w, ok := wr.LatestWitness()
-	if !ok {
-		return nil
+// witnessAges picks the witnesses a check reads: the newest, and the
+// newest at least this old for each age, so that a restore of a snapshot
+// of any age up to maxWitnessAge undoes one of them, even when writes
+// after the restore made newer witnesses.
+var witnessAges = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute, maxWitnessAge}
+
+// maxWitnessAge: older witnesses are not read (an idle fleet reads none).
+const maxWitnessAge = 5 * time.Minute
+
+// checkWitnesses reads the picked witnesses; one gone or older than
+// written (twice, and still standing: a delete or rewrite of ours
+// committing while it was read is no loss) is a finding.
+func checkWitnesses(ctx context.Context, wr WitnessReader, now time.Time) []finding {
+	ws := wr.Witnesses()
+	var picked []consul.Witness
+	pick := func(w consul.Witness) {
+		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
+			picked = append(picked, w)
+		}
 	}
+	if len(ws) > 0 {
+		pick(ws[len(ws)-1])
+	}
+	for _, age := range witnessAges {
+		for i := len(ws) - 1; i >= 0; i-- {
+			if now.Sub(ws[i].At) >= age {
+				pick(ws[i])
+				break
+			}
+		}
+	}
+	for _, w := range picked {
+		if f := checkWitness(ctx, wr, w); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) []finding {
 	var index uint64
 	for range 2 {
 		i, found, err := wr.ReadWitness(ctx, w)
@@ -248,7 +282,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			}
 		}
 		if wr, ok := s.opts.Store.(WitnessReader); ok && len(found) == 0 {
-			found = checkWitness(ctx, wr)
+			found = checkWitnesses(ctx, wr, s.opts.Clock.Now())
 		}
 		if len(found) > 0 {
 			s.dataLost(nw, &d, found)

@@ -463,45 +463,49 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	}
 }
 
-// witnessStore is a watchStore with a latest write whose entry reads as
-// set: at an index, or gone.
+// witnessStore is a watchStore with witnesses whose entries read as set:
+// at an index, or gone.
 type witnessStore struct {
 	*watchStore
-	wmu      sync.Mutex
-	w        consul.Witness
-	standing bool
-	found    bool
-	index    uint64
+	wmu     sync.Mutex
+	ws      []consul.Witness
+	entries map[string]uint64 // by ID; absent: gone
+	retired map[string]bool
+	wreads  []string
 }
 
-func (s *witnessStore) LatestWitness() (consul.Witness, bool) {
+func (s *witnessStore) Witnesses() []consul.Witness {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.w, s.w.ID != ""
+	return slices.Clone(s.ws)
 }
 
 func (s *witnessStore) IsWitness(w consul.Witness) bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.standing && w == s.w
+	return slices.Contains(s.ws, w) && !s.retired[w.ID]
 }
 
-func (s *witnessStore) ReadWitness(context.Context, consul.Witness) (uint64, bool, error) {
+func (s *witnessStore) ReadWitness(_ context.Context, w consul.Witness) (uint64, bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.index, s.found, nil
+	s.wreads = append(s.wreads, w.ID)
+	i, ok := s.entries[w.ID]
+	return i, ok, nil
 }
 
-func (s *witnessStore) setEntry(found bool, index uint64, standing bool) {
+func (s *witnessStore) edit(f func(s *witnessStore)) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.found, s.index, s.standing = found, index, standing
+	f(s)
 }
 
-// TestWitnessLostIsLoss: the entry of our latest committed write gone, or
-// at an older index, makes every worker re-read (a restore that catalog
-// writes right after it hid from the node indexes; found by the soak); the
-// same entry gone because our own delete of it just committed is not.
+// TestWitnessLostIsLoss: an entry of a committed write gone, or at an
+// older index, makes every worker re-read, even when writes after the
+// restore made newer witnesses that are fine (found by the soak: catalog
+// writes right after a restore hid it from the node indexes); an entry
+// gone because our own delete of it just committed is not a loss; an
+// idle fleet's old witnesses are not read.
 func TestWitnessLostIsLoss(t *testing.T) {
 	w := newFakeWatcher()
 	for i := range 3 {
@@ -509,9 +513,15 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
 	}
 	close(w.synced)
-	clk := clocktesting.NewFakeClock(time.Now())
+	start := time.Now()
+	clk := clocktesting.NewFakeClock(start)
+	wit := func(id string, idx uint64, age time.Duration) consul.Witness {
+		return consul.Witness{Node: "k8s-test", ID: id, Name: "s0", Index: idx, At: start.Add(-age)}
+	}
+	// Written 30s, 10s, 3s ago and just now; all there.
 	store := &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
-		w: consul.Witness{Node: "k8s-test", ID: "k8s_test_ns_s0_10.1.0.1_8080", Name: "s0", Index: 70}, standing: true, found: true, index: 70}
+		ws:      []consul.Witness{wit("a", 10, 30*time.Second), wit("b", 20, 10*time.Second), wit("c", 30, 3*time.Second), wit("d", 40, 0)},
+		entries: map[string]uint64{"a": 10, "b": 20, "c": 30, "d": 40}, retired: map[string]bool{}}
 	store.set(nodeView(ours("k8s-test", 5)), 40)
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
@@ -528,20 +538,39 @@ func TestWitnessLostIsLoss(t *testing.T) {
 			t.Fatal("the watch did not read the nodes")
 		}
 	}
-	<-store.nodeReads              // the first check, at bootstrap
-	store.setEntry(true, 90, true) // rewritten later (by us, not recorded yet): fine
+	<-store.nodeReads // the first check, at bootstrap
 	check()
-	store.setEntry(false, 0, false) // gone, but our own delete replaced it: fine
+	// Our own delete of c committed while it was read: not a loss.
+	store.edit(func(s *witnessStore) { delete(s.entries, "c"); s.retired["c"] = true })
 	check()
-	check() // and a check after it, so that the one before has finished
+	check() // one more, so that the one before has finished
 	if sig, _ := hooks.got(); len(sig) != 0 {
-		t.Fatalf("signals %v with the witness standing or retired by us", sig)
+		t.Fatalf("signals %v with every witness standing or retired by us", sig)
 	}
+	// A restore of a snapshot 12s old took b back in time and undid d; a
+	// write after it (e) is the newest witness and is there.
 	reads := store.readCount()
-	store.setEntry(true, 60, true) // older than written: rolled back
+	store.edit(func(s *witnessStore) {
+		s.entries["b"] = 12
+		delete(s.entries, "d")
+		s.ws = append(s.ws, consul.Witness{Node: "k8s-test", ID: "e", Name: "s0", Index: 50, At: clk.Now()})
+		s.entries["e"] = 50
+	})
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
 	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
 		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
 	}
+	// Idle for longer than maxWitnessAge: nothing is read any more.
+	store.edit(func(s *witnessStore) { s.entries["b"], s.entries["d"] = 20, 40 })
+	clk.Step(maxWitnessAge)
+	check()
+	store.edit(func(s *witnessStore) { s.wreads = nil })
+	check()
+	check()
+	store.edit(func(s *witnessStore) {
+		if len(s.wreads) != 0 {
+			t.Errorf("an idle fleet read witnesses %v", s.wreads)
+		}
+	})
 }
