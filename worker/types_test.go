@@ -116,6 +116,11 @@ func TestDesiredByType(t *testing.T) {
 		{name: "NodePort: an endpoint without nodeName and an unknown node are skipped",
 			svc:     newSvc([]k8s.Endpoint{onNode(a, ""), onNode(c, "n9")}, typed(corev1.ServiceTypeNodePort, withNodes(nodes))),
 			skipped: []string{"endpoint 10.0.0.1 has no nodeName", "node n9 of endpoint 10.0.0.3 is not known"}},
+		{name: "NodePort: a node address that is not an IP is skipped, an IPv6 one canonical",
+			svc: newSvc([]k8s.Endpoint{a, c}, typed(corev1.ServiceTypeNodePort, withNodes(map[string][]k8s.NodeAddress{
+				"n1": {ext("node-1.example.com")}, "n2": {internal("FD00:0::2")}}))),
+			want:    []string{"fd00::2:30080 passing"},
+			skipped: []string{`node n1: status.addresses "node-1.example.com": not an IP address`}},
 		{name: "LoadBalancer: one per ingress IP or hostname (deduped), the Service port, check from the endpoints",
 			svc:  newSvc([]k8s.Endpoint{a}, typed(corev1.ServiceTypeLoadBalancer, lb)),
 			want: []string{"198.51.100.1:80 passing", "lb.example.com:80 passing"}},
