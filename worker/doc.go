@@ -1,5 +1,10 @@
 // Package worker keeps one Kubernetes Service's instances in Consul equal to
-// its ready endpoints.
+// what the Service stands for: its ready endpoints, or, by type and as
+// consul-k8s does, its nodes' addresses and NodePort (NodePort), its load
+// balancer's ingress (LoadBalancer), its spec.externalIPs, or its Ingress
+// hosts (see Desired and docs/annotations.md). Every input (endpoints,
+// Service spec and status, Node addresses, Ingress rules) reaches the
+// worker as the same "look again", through the same window and diff.
 //
 // A Worker computes the desired instances from the latest cached view of its
 // Service (Desired), diffs them against the Service's owned instances in

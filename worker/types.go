@@ -287,6 +287,12 @@ func (bd *builder) nodePort() {
 			bd.problem("node %s has no %s in status.addresses (--node-port-sync-type=%s), skipped", node, wantedAddress(bd.cfg.NodePortSync), syncTypeOrDefault(bd.cfg.NodePortSync))
 			continue
 		}
+		ip, err := netip.ParseAddr(address)
+		if err != nil || ip.Zone() != "" {
+			bd.problem("node %s: status.addresses %q: not an IP address, skipped", node, address)
+			continue
+		}
+		address = ip.String()
 		m := instanceMeta(bd.svc, k8s.Endpoint{Node: node, Zone: eps[0].Zone}, bd.b.meta)
 		bd.consulK8sMeta(m, k8s.Endpoint{Pod: eps[0].Pod, Node: node, Zone: eps[0].Zone})
 		bd.add(address, port, 0, m, serviceCheck(eps, bd.cfg, true))

@@ -116,6 +116,11 @@ func TestDesiredByType(t *testing.T) {
 		{name: "NodePort: an endpoint without nodeName and an unknown node are skipped",
 			svc:     newSvc([]k8s.Endpoint{onNode(a, ""), onNode(c, "n9")}, typed(corev1.ServiceTypeNodePort, withNodes(nodes))),
 			skipped: []string{"endpoint 10.0.0.1 has no nodeName", "node n9 of endpoint 10.0.0.3 is not known"}},
+		{name: "NodePort: a node address that is not an IP is skipped, an IPv6 one canonical",
+			svc: newSvc([]k8s.Endpoint{a, c}, typed(corev1.ServiceTypeNodePort, withNodes(map[string][]k8s.NodeAddress{
+				"n1": {ext("node-1.example.com")}, "n2": {internal("FD00:0::2")}}))),
+			want:    []string{"fd00::2:30080 passing"},
+			skipped: []string{`node n1: status.addresses "node-1.example.com": not an IP address`}},
 		{name: "LoadBalancer: one per ingress IP or hostname (deduped), the Service port, check from the endpoints",
 			svc:  newSvc([]k8s.Endpoint{a}, typed(corev1.ServiceTypeLoadBalancer, lb)),
 			want: []string{"198.51.100.1:80 passing", "lb.example.com:80 passing"}},
@@ -127,6 +132,16 @@ func TestDesiredByType(t *testing.T) {
 		{name: "LoadBalancer with only terminating endpoints: warning",
 			svc:  newSvc([]k8s.Endpoint{{Address: "10.0.0.5", Serving: true, Terminating: true}}, typed(corev1.ServiceTypeLoadBalancer, lb)),
 			want: []string{"198.51.100.1:80 warning", "lb.example.com:80 warning"}},
+		{name: "LoadBalancer with only terminating endpoints, --terminating=drop: critical",
+			svc:  newSvc([]k8s.Endpoint{{Address: "10.0.0.5", Serving: true, Terminating: true}}, typed(corev1.ServiceTypeLoadBalancer, withLB(k8s.LoadBalancerIngress{IP: "198.51.100.1"}))),
+			cfg:  func(c *Config) { c.Terminating = TerminatingDrop },
+			want: []string{"198.51.100.1:80 critical"}},
+		{name: "NodePort ExternalFirst: a node with neither address is skipped",
+			svc:     newSvc([]k8s.Endpoint{a}, typed(corev1.ServiceTypeNodePort, withNodes(map[string][]k8s.NodeAddress{"n1": {{Type: corev1.NodeHostName, Address: "n1"}}}))),
+			skipped: []string{"node n1 has no ExternalIP or InternalIP in status.addresses (--node-port-sync-type=ExternalFirst)"}},
+		{name: "NodePort: a node with only terminating endpoints is warning",
+			svc:  newSvc([]k8s.Endpoint{onNode(k8s.Endpoint{Address: "10.0.0.5", Serving: true, Terminating: true, Ports: map[string]int32{"http": 8080}}, "n1")}, typed(corev1.ServiceTypeNodePort, withNodes(nodes))),
+			want: []string{"203.0.113.1:30080 warning"}},
 		{name: "LoadBalancer --sync-lb-services-endpoints: the endpoints",
 			svc:  newSvc([]k8s.Endpoint{a}, typed(corev1.ServiceTypeLoadBalancer, lb)),
 			cfg:  func(c *Config) { c.SyncLoadBalancerEndpoints = true },
@@ -274,4 +289,50 @@ func TestDesiredConsulK8sMeta(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzDesiredTypes: whatever the Service type, status, external IPs, node
+// addresses and weight, Desired does not fail for them, every instance is
+// stamped, IDs are sorted and unique, and each Skipped entry names the
+// Service.
+func FuzzDesiredTypes(f *testing.F) {
+	f.Add(uint8(0), "203.0.113.1", "198.51.100.1", "lb.example.com", "192.0.2.1", "5")
+	f.Add(uint8(1), "", "", "", "192.0.2.1", "")
+	f.Add(uint8(2), "", "300.0.0.1", "bad_host", "", "heavy")
+	f.Add(uint8(0xff), "fe80::1%eth0", "fd00::1", "", "::1", "1")
+	f.Fuzz(func(t *testing.T, flags uint8, extIP, lbIP, lbHost, nodeAddr, w string) {
+		types := []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}
+		cfg := testConfig(t)
+		cfg.NodePortSync = []NodePortSyncType{ExternalFirst, ExternalOnly, InternalOnly, ""}[flags>>2&3]
+		cfg.SyncLoadBalancerEndpoints = flags&0x10 != 0
+		cfg.EnableIngress = flags&0x20 != 0
+		cfg.IngressLoadBalancerIPs = flags&0x40 != 0
+		cfg.ConsulK8sMeta = flags&0x80 != 0
+		a, b := onNode(ready("10.0.0.1", "a"), "n1"), onNode(notReadyEP(ready("10.0.0.2", "b")), "n2")
+		opts := []svcOpt{typed(types[int(flags&3)%3],
+			withNodes(map[string][]k8s.NodeAddress{"n1": {ext(nodeAddr)}, "n2": {internal(nodeAddr)}}),
+			withLB(k8s.LoadBalancerIngress{IP: lbIP}, k8s.LoadBalancerIngress{Hostname: lbHost}),
+			withIngress(k8s.IngressRoute{Ingress: "shop/i", Host: lbHost, LoadBalancerIP: lbIP}),
+			withAnn(AnnotationWeight, w))}
+		if extIP != "" {
+			opts = append(opts, withExternalIPs(extIP))
+		}
+		spec, err := Desired(newSvc([]k8s.Endpoint{a, b}, opts...), cfg)
+		if err != nil {
+			t.Fatalf("Desired: %v", err)
+		}
+		for i, in := range spec.Instances {
+			if i > 0 && in.ID <= spec.Instances[i-1].ID {
+				t.Fatalf("IDs not sorted and unique: %q after %q", in.ID, spec.Instances[i-1].ID)
+			}
+			if in.Meta["k8s-cluster"] != "east" || in.Address == "" || in.Port <= 0 {
+				t.Fatalf("instance %+v", in)
+			}
+		}
+		for _, s := range append(spec.Skipped, spec.Warnings...) {
+			if !strings.HasPrefix(s, "service shop/web") {
+				t.Fatalf("problem %q does not name the Service", s)
+			}
+		}
+	})
 }

@@ -224,7 +224,8 @@ func TestServiceTypesAsConsulK8s(t *testing.T) {
 	e.idle(5 * time.Second)
 }
 
-// TestServiceTypeFlags: each consul-k8s flag switches as it does there.
+// TestServiceTypeFlags: each consul-k8s flag switches as it does there, and
+// --consul-k8s-meta writes consul-k8s's meta keys.
 func TestServiceTypeFlags(t *testing.T) {
 	t.Run("ExternalOnly, no ClusterIP, LB endpoints", func(t *testing.T) {
 		e := newTypesEnv(t)
@@ -249,10 +250,17 @@ func TestServiceTypeFlags(t *testing.T) {
 	t.Run("InternalOnly", func(t *testing.T) {
 		e := newTypesEnv(t)
 		e.node("n1", internalIP("192.0.2.1"), externalIP("198.51.100.1"))
-		e.service("np", corev1.ServiceTypeNodePort, nil, fixture.EP{IP: "10.22.0.1", Node: "n1"})
+		e.service("np", corev1.ServiceTypeNodePort, nil, fixture.EP{IP: "10.22.0.1", Node: "n1", Pod: "p1"})
 		np := e.nodePort("np")
-		e.daemon("--node-port-sync-type=InternalOnly")
-		e.waitInstances("np", fmt.Sprintf("192.0.2.1:%d=passing", np))
+		e.daemon("--node-port-sync-type=InternalOnly", "--consul-k8s-meta")
+		ins := e.waitInstances("np", fmt.Sprintf("192.0.2.1:%d=passing", np))
+		want := map[string]string{"external-k8s-ns": e.ns, "external-k8s-node-name": e.nodeName("n1"), "port-http": "80",
+			"external-k8s-ref-kind": "Pod", "external-k8s-ref-name": "p1", "k8s-node": e.nodeName("n1"), "k8s-namespace": e.ns}
+		for k, v := range want {
+			if ins[0].Meta[k] != v {
+				t.Errorf("meta %s = %q, want %q (all: %v)", k, ins[0].Meta[k], v, ins[0].Meta)
+			}
+		}
 	})
 	t.Run("Ingress hosts and load balancer IPs", func(t *testing.T) {
 		e := newTypesEnv(t)
