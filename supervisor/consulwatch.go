@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/worker"
 )
 
 // NodeWatcher is implemented by a Store that can describe the cluster's
@@ -252,7 +253,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		}
 		first = false
 		if evidence != "" {
-			s.dataLost(nw, &d, []finding{{SignalWorker, evidence}})
+			s.dataLost(ctx, nw, &d, []finding{{SignalWorker, evidence}})
 			continue
 		}
 		// The nodes our writes committed to, taken before the read: the
@@ -285,7 +286,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			found = checkWitnesses(ctx, wr, s.opts.Clock.Now())
 		}
 		if len(found) > 0 {
-			s.dataLost(nw, &d, found)
+			s.dataLost(ctx, nw, &d, found)
 		}
 	}
 }
@@ -315,16 +316,47 @@ func (s *Supervisor) lossSeen(reason string) {
 	}
 }
 
-func (s *Supervisor) dataLost(nw NodeWatcher, d *lossDetector, found []finding) {
+func (s *Supervisor) dataLost(ctx context.Context, nw NodeWatcher, d *lossDetector, found []finding) {
 	nw.ResetCommitted()
 	d.reset()
-	n := s.resyncAll()
+	n := s.repairAll(ctx)
 	details := make([]string, 0, len(found))
 	for _, f := range found {
 		s.opts.Hooks.ConsulDataLost(f.signal)
 		details = append(details, f.detail)
 	}
 	s.log.Warn("Consul lost or rolled back data; every worker re-reads its Service and repairs it now", "workers", n, "evidence", strings.Join(details, "; "))
+}
+
+// repairAll makes every worker repair its Service from one read of every
+// node of the cluster (worker.Adopt), and starts a worker for each Service
+// that has entries there and none running (its Service deleted or
+// deselected since: a restore brought its entries back); it returns the
+// number of workers told. When the read fails, each worker re-reads its
+// own instead (worker.Resync).
+func (s *Supervisor) repairAll(ctx context.Context) int {
+	start := s.opts.Clock.Now()
+	entries, err := s.opts.Store.ReadNode(ctx)
+	if err != nil {
+		s.log.Warn("Cannot read the cluster's nodes after a loss; every worker reads its own", "error", err)
+		return s.resyncAll()
+	}
+	owned, _ := worker.GroupOwned(s.opts.Worker.Cluster, entries)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for key, e := range s.workers {
+		e.w.Adopt(owned[key], start)
+		n++
+	}
+	for key, es := range owned {
+		if _, ok := s.workers[key]; !ok && s.ctx.Err() == nil && s.holds(key) {
+			if w := s.startLocked(key, es, true); w != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // foreignNodes reports look-alike nodes: logged once each, counted, and

@@ -233,19 +233,19 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 		clk.Step(time.Second)
 		nodeRead()
 	}
-	nodeRead() // the first check, at bootstrap
-	reads := store.readCount()
+	nodeRead()       // the first check, at bootstrap
+	loseOne(f.store) // what the loss took: repaired once it is seen
 
 	store.set(nodeView(ours("k8s-test", 9)), 12) // Consul restarted empty; a write re-created the node
 	check()
-	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
 	if sig, _ := hooks.got(); !slices.Contains(sig, SignalNodeRecreated) {
 		t.Fatalf("signals %v, want %s", sig, SignalNodeRecreated)
 	}
 
-	reads = store.readCount()
+	loseOne(f.store)
 	f.sup.lossSeen("service ns/s0: 1 of 1 entries gone")
-	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return store.readCount() >= reads+3 })
+	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return f.store.count("") == 3 })
 	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalWorker) })
 
 	store.set(nodeView(ours("k8s-test", 9), consul.NodeEntry{Name: "k8s-test.3", Address: "10.9.9.9", Meta: map[string]string{"team": "x"}}), 12)
@@ -392,30 +392,34 @@ func TestConsulBackEndsBackoffs(t *testing.T) {
 	store := &downStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}}
 	store.set(nodeView(ours("k8s-test", 5)), 40)
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval = clk, 50*time.Millisecond
+		s.opts.Clock, s.opts.NodeCheckInterval = clk, 10*time.Millisecond
 	})
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
-	nodeRead := func() {
+	<-store.nodeReads // the first check, at bootstrap
+	// The fake clock moves in 10ms steps, 150ms at most in all: the
+	// worker's backoff (160-240ms after its first failure) never ends by
+	// itself here, while every step can end the check's 10ms wait.
+	steps := 0
+	nextCheck := func() {
 		t.Helper()
-		select {
-		case <-store.nodeReads:
-		case <-time.After(10 * time.Second): // failsafe, never reached when right
-			t.Fatal("the watch did not read the nodes")
+		for ; steps < 15; steps++ {
+			clk.Step(10 * time.Millisecond)
+			select {
+			case <-store.nodeReads:
+				steps++
+				return
+			case <-time.After(200 * time.Millisecond): // the check's timer was not armed yet: step again
+			}
 		}
+		t.Fatal("the node check did not run within 150ms of fake time")
 	}
-	nodeRead() // the first check, at bootstrap
 	store.down.Store(true)
 	before := store.attempts.Load()
 	w.set(key, service("ns", "web", "10.1.0.1", "10.1.0.2"))
 	f.waitFor(t, "the flush tried and failed", func() bool { return store.attempts.Load() > before })
-	// The worker now backs off for 160-240ms; the clock moves 100ms in all.
-	f.waitFor(t, "the check's timer", clk.HasWaiters)
-	clk.Step(50 * time.Millisecond)
-	nodeRead() // no answer
+	nextCheck() // no answer
 	store.down.Store(false)
-	f.waitFor(t, "the check's timer", clk.HasWaiters)
-	clk.Step(50 * time.Millisecond)
-	nodeRead() // an answer: the workers retry
+	nextCheck() // an answer: the workers retry
 	f.waitFor(t, "the change landed before the backoff ended", func() bool { return f.store.count("") == 2 })
 }
 
@@ -452,12 +456,12 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	}
 	<-store.nodeReads // the first check, at bootstrap
 	check()           // the KV index as before: nothing
-	reads := store.readCount()
+	loseOne(f.store)  // what the loss took: repaired once it is seen
 	store.mu.Lock()
 	store.kv, store.index = 60, 80 // restored; a write raised the node's index past its old value
 	store.mu.Unlock()
 	check()
-	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
 	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalIndexBack}) {
 		t.Fatalf("signals %v, want [%s]", sig, SignalIndexBack)
 	}
@@ -549,7 +553,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 	}
 	// A restore of a snapshot 12s old took b back in time and undid d; a
 	// write after it (e) is the newest witness and is there.
-	reads := store.readCount()
+	loseOne(f.store) // what the loss took: repaired once it is seen
 	store.edit(func(s *witnessStore) {
 		s.entries["b"] = 12
 		delete(s.entries, "d")
@@ -557,7 +561,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		s.entries["e"] = 50
 	})
 	check()
-	f.waitFor(t, "every worker re-read", func() bool { return store.readCount() >= reads+3 })
+	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
 	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
 		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
 	}
@@ -572,5 +576,52 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		if len(s.wreads) != 0 {
 			t.Errorf("an idle fleet read witnesses %v", s.wreads)
 		}
+	})
+}
+
+// loseOne removes one entry from m, as a loss or a restore would.
+func loseOne(m *memStore) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id := range m.entries {
+		delete(m.entries, id)
+		return
+	}
+}
+
+// TestLossRepairsFromOneReadOfEveryNode: after a loss the fleet is
+// repaired from one read of the cluster's nodes: a Service deleted since
+// (no worker) whose entries a restore brought back gets a worker that
+// deletes them; an entry brought back under a Consul name the Service no
+// longer has (not in a read by name) is deleted; an entry lost is written
+// again (found by the soak: stale instances stayed after restores).
+func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
+	w := newFakeWatcher()
+	key := k8s.Key{Namespace: "ns", Name: "web"}
+	w.services[key] = service("ns", "web", "10.1.0.1", "10.1.0.2")
+	close(w.synced)
+	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startWith(t, w, store, func(s *Supervisor) { s.opts.Clock, s.opts.NodeCheckInterval = clk, time.Second })
+	f.waitFor(t, "2 instances", func() bool { return f.store.count("") == 2 })
+	// The restore: one of web's lost, one of web under its old Consul
+	// name and two of a Service deleted since are back.
+	loseOne(f.store)
+	old := f.cluster.Stamp(consul.Instance{ID: f.cluster.InstanceID("ns", "web", "10.1.0.9", 8080), Name: "web-old", Address: "10.1.0.9", Port: 8080,
+		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "web"}})
+	gone1 := f.cluster.Stamp(consul.Instance{ID: f.cluster.InstanceID("ns", "gone", "10.2.0.1", 8080), Name: "gone", Address: "10.2.0.1", Port: 8080,
+		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "gone"}})
+	gone2 := gone1
+	gone2.ID, gone2.Address = f.cluster.InstanceID("ns", "gone", "10.2.0.2", 8080), "10.2.0.2"
+	f.store.mu.Lock()
+	for _, in := range []consul.Instance{old, gone1, gone2} {
+		f.store.index++
+		f.store.entries[in.ID] = consul.Registered{Instance: in, Node: "k8s-test", ServiceIndex: f.store.index, CheckIndex: f.store.index, HasCheck: true}
+	}
+	f.store.mu.Unlock()
+	f.sup.lossSeen("service ns/web: 1 of 2 entries gone")
+	f.waitFor(t, "web's two instances, nothing else", func() bool {
+		return f.store.count("") == 2 && f.store.count(f.cluster.IDPrefix("ns", "web")) == 2 && f.store.count(old.ID) == 0
 	})
 }

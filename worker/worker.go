@@ -94,6 +94,7 @@ type Worker struct {
 	trigger chan struct{}
 	resync  chan struct{}
 	retry   chan struct{}
+	adopt   chan adoption
 	// pendingSince is the unix-nano time of the oldest change not yet
 	// flushed, 0 when none; events counts notifications.
 	pendingSince atomic.Int64
@@ -104,6 +105,7 @@ type Worker struct {
 	ownedKnown  bool
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
 	blockedNow  int                          // desired instances the last sync left out for them
+	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
@@ -142,6 +144,7 @@ func New(opts Options) *Worker {
 		trigger:    make(chan struct{}, 1),
 		resync:     make(chan struct{}, 1),
 		retry:      make(chan struct{}, 1),
+		adopt:      make(chan adoption, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
 	w.owned = make(map[string]consul.Registered, len(opts.Owned))
@@ -178,6 +181,36 @@ func (w *Worker) Retry() {
 	select {
 	case w.retry <- struct{}{}:
 	default:
+	}
+}
+
+// adoption is a read of the whole cluster's entries the supervisor made
+// after Consul lost or rolled back data: this Service's share, and when the
+// read started.
+type adoption struct {
+	entries []consul.Registered
+	at      time.Time
+}
+
+// Adopt hands the worker its entries from a read of every node of the
+// cluster that started at readStart, and makes it look again: after a
+// loss or a restore, the cache must be replaced by what Consul holds, every
+// name included (an entry a restore brought back under a Consul name the
+// Service no longer has is not in a read by name). A worker that wrote
+// since readStart re-reads its entries itself instead. The last adoption
+// wins.
+func (w *Worker) Adopt(entries []consul.Registered, readStart time.Time) {
+	a := adoption{entries: entries, at: readStart}
+	for {
+		select {
+		case w.adopt <- a:
+			return
+		default:
+		}
+		select {
+		case <-w.adopt: // replace the older one
+		default:
+		}
 	}
 }
 
@@ -262,6 +295,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.resyncDue, s.dirty = true, true
 		case <-w.resync:
 			w.resyncDue, s.dirty = true, true
+		case a := <-w.adopt:
+			if w.lastWrite.After(a.at) {
+				w.ownedKnown = false // wrote meanwhile: the read may miss it
+			} else {
+				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
+				w.ownedKnown = true
+			}
+			w.resyncDue = false // this is the pass, every name included
+			s.dirty = true
 		case <-w.retry:
 			if s.failures > 0 && s.dirty {
 				s.retryAt = w.clock.Now()
@@ -420,6 +462,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 			return res, err
 		}
 		applied, err := w.opts.Store.Apply(ctx, ch)
+		w.lastWrite = w.clock.Now()
 		w.merge(applied)
 		res.applied.Txns += applied.Txns
 		res.applied.Ops += applied.Ops
