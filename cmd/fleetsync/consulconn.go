@@ -92,6 +92,7 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 	}
 	if cc.login {
 		meta, _ := cfg.loginMeta() // validated
+		meta = withPodMeta(meta, os.Getenv)
 		cc.tokens.UseLogin(cc.api, consul.LoginConfig{
 			AuthMethod: cfg.LoginAuthMethod, BearerTokenFile: cfg.LoginBearerTokenFile, Meta: meta,
 			Datacenter: cfg.LoginDatacenter, Partition: cc.scope.Partition,
@@ -158,4 +159,19 @@ func (cc *consulConn) permissionError(cfg config, what string, err error) error 
 	}
 	return fmt.Errorf("%s: Consul refused it for lack of ACL permission of %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")",
 		what, from, err, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/", cfg.ClusterID, cfg.ClusterID)
+}
+
+// withPodMeta adds pod=<namespace>/<name> (from POD_NAMESPACE and POD_NAME,
+// the chart's and kustomize base's downward API variables) to the login
+// token's meta, as consul-k8s's components do, unless meta names a pod.
+func withPodMeta(meta map[string]string, getenv func(string) string) map[string]string {
+	ns, name := getenv("POD_NAMESPACE"), getenv("POD_NAME")
+	if _, ok := meta["pod"]; ok || ns == "" || name == "" {
+		return meta
+	}
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta["pod"] = ns + "/" + name
+	return meta
 }
