@@ -44,7 +44,7 @@ func TestFailoverBetweenServers(t *testing.T) {
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Server(order[0]).Addr, Namespaces: []string{e.ns},
 		Args: []string{"--consul-address=" + own.Server(order[1]).Addr, "--consul-address=" + own.Server(order[2]).Addr,
-			"--consul-request-timeout=" + timeout.String(), "--window=0"}})
+			"--consul-request-timeout=" + timeout.String(), "--window=0", "--consul-datacenter=dc1"}})
 	must(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
