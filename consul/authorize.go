@@ -22,7 +22,9 @@ type Permission struct {
 	Access   string `json:"Access"`
 }
 
-func (p Permission) String() string { return fmt.Sprintf("%s:%s on %q", p.Resource, p.Access, p.Segment) }
+func (p Permission) String() string {
+	return fmt.Sprintf("%s:%s on %q", p.Resource, p.Access, p.Segment)
+}
 
 // ErrNotPermitted is matched by the error of Permissions when the token lacks
 // one of the permissions asked for.
