@@ -156,7 +156,9 @@ func TestFailoverAfterTimeout(t *testing.T) {
 	if len(good.got()) != 0 {
 		t.Fatal("the request was sent twice within its deadline")
 	}
-	resp, err := put(t, rt, t.Context(), "next")
+	next, cancelNext := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancelNext()
+	resp, err := put(t, rt, next, "next")
 	if err != nil || resp.StatusCode != http.StatusOK || len(good.got()) != 1 {
 		t.Fatalf("next request: %v %v (live server got %d)", resp, err, len(good.got()))
 	}

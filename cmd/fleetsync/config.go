@@ -188,6 +188,13 @@ func (c *config) parse(fs *flag.FlagSet, args []string, env func(string) string)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	// A repeatable flag on the command line replaces the variable's list
+	// (the command line wins), as it replaces the default.
+	fs.VisitAll(func(f *flag.Flag) {
+		if l, ok := f.Value.(*stringList); ok {
+			l.set = false
+		}
+	})
 	return fs.Parse(args)
 }
 

@@ -92,6 +92,7 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 	}
 	if cc.login {
 		meta, _ := cfg.loginMeta() // validated
+		meta = withPodMeta(meta, os.Getenv)
 		cc.tokens.UseLogin(cc.api, consul.LoginConfig{
 			AuthMethod: cfg.LoginAuthMethod, BearerTokenFile: cfg.LoginBearerTokenFile, Meta: meta,
 			Datacenter: cfg.LoginDatacenter, Partition: cc.scope.Partition,
@@ -100,11 +101,12 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 	return cc, nil
 }
 
-// start logs in (with a login auth method) and checks the scope, retrying
-// while Consul cannot be reached; it returns an error only for what no retry
-// mends (the login refused, a namespace Consul does not have), and nil when
-// ctx ends first.
-func (cc *consulConn) start(ctx context.Context, store *consul.Client, log hclog.Logger) error {
+// start logs in (with a login auth method), checks the scope and the
+// token's permissions on perms, retrying while Consul cannot be reached; it
+// returns an error only for what no retry mends (the login refused, a
+// namespace Consul does not have, a permission the policy lacks), and nil
+// when ctx ends first.
+func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Client, perms []consul.Permission, log hclog.Logger) error {
 	backoff := 500 * time.Millisecond
 	loggedIn := !cc.login
 	for {
@@ -118,7 +120,13 @@ func (cc *consulConn) start(ctx context.Context, store *consul.Client, log hclog
 		}
 		if loggedIn {
 			if err = store.CheckScope(ctx); err == nil {
-				return nil
+				err = consul.Permissions(ctx, cc.cfg.HttpClient, cc.cfg, cc.scope, perms)
+				if err == nil {
+					return nil
+				}
+				if errors.Is(err, consul.ErrNotPermitted) {
+					return cc.permissionError(cfg, "check the Consul ACL token's permissions", err)
+				}
 			}
 			if errors.Is(err, consul.ErrEnterpriseOnly) {
 				return err
@@ -158,4 +166,34 @@ func (cc *consulConn) permissionError(cfg config, what string, err error) error 
 	}
 	return fmt.Errorf("%s: Consul refused it for lack of ACL permission of %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")",
 		what, from, err, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/", cfg.ClusterID, cfg.ClusterID)
+}
+
+// withPodMeta adds pod=<namespace>/<name> (from POD_NAMESPACE and POD_NAME,
+// the chart's and kustomize base's downward API variables) to the login
+// token's meta, as consul-k8s's components do, unless meta names a pod.
+func withPodMeta(meta map[string]string, getenv func(string) string) map[string]string {
+	ns, name := getenv("POD_NAMESPACE"), getenv("POD_NAME")
+	if _, ok := meta["pod"]; ok || ns == "" || name == "" {
+		return meta
+	}
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta["pod"] = ns + "/" + name
+	return meta
+}
+
+// neededPermissions are the checks made at start: node:write on the
+// cluster's first node (and on its second with --consul-nodes > 1: the
+// node_prefix rule), key:write on the claim key with --claim-cluster-id.
+func neededPermissions(cfg config, first string) []consul.Permission {
+	nodes := []string{first}
+	if cfg.ConsulNodes > 1 {
+		nodes = append(nodes, first+".1")
+	}
+	claimKey := ""
+	if cfg.Claim {
+		claimKey = strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID
+	}
+	return consul.NeededPermissions(nodes, claimKey)
 }

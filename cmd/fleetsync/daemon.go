@@ -153,7 +153,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		}()
 		// Log in and check the namespace and partition before anything
 		// reads or writes; an error here is final (the flags are wrong).
-		if err := conn.start(gctx, store, log.Named("consul")); err != nil || gctx.Err() != nil {
+		if err := conn.start(gctx, cfg, store, neededPermissions(cfg, cluster.NodeName()), log.Named("consul")); err != nil || gctx.Err() != nil {
 			return err
 		}
 		g.Go(func() error {

@@ -96,6 +96,25 @@ consul:
   ca: {configMapName: consul-ca}
 serviceAccount: {name: custom-sa, annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::1:role/x"}}
 `, kinds: baseKinds},
+	// A consul-k8s install with manageSystemACLs: three servers, the
+	// component auth method, a datacenter; Enterprise scope.
+	{name: "login", values: `
+clusterID: prod-eu-1
+consul:
+  address: https://consul-server-0.consul-server.consul.svc:8501
+  extraAddresses: [consul-server-1.consul-server.consul.svc:8501, consul-server-2.consul-server.consul.svc:8501]
+  tlsServerName: server.dc1.consul
+  ca: {secretName: consul-ca-cert, key: tls.crt}
+  datacenter: dc1
+  partition: team-a
+  mirrorK8sNamespaces: true
+  mirrorK8sNamespacesPrefix: k8s-
+  login:
+    enabled: true
+    authMethod: consul-consul-k8s-component-auth-method
+    datacenter: dc1
+    meta: {component: fleetsync}
+`, kinds: baseKinds},
 	// Three replicas splitting eight shards, default lease timing.
 	{name: "sharded", values: `
 clusterID: prod-eu-1
@@ -157,6 +176,10 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{"zero shards", "clusterID: prod\nconsul: {address: c:8500}\nshards: 0", "/shards"},
 		{"too many shards", "clusterID: prod\nconsul: {address: c:8500}\nshards: 2000", "/shards"},
 		{"lease duration not a duration", "clusterID: prod\nconsul: {address: c:8500}\nreplicas: 2\nshards: 8\nleaseDuration: 15 seconds", "/leaseDuration"},
+		{"login without an auth method", "clusterID: prod\nconsul: {address: c:8500, login: {enabled: true}}", "consul.login.authMethod is required"},
+		{"login and a token", "clusterID: prod\nconsul: {address: c:8500, tokenSecret: {name: t}, login: {enabled: true, authMethod: m}}", "set one"},
+		{"mirroring and a namespace", "clusterID: prod\nconsul: {address: c:8500, namespace: a, mirrorK8sNamespaces: true}", "set one"},
+		{"extra address not host:port", "clusterID: prod\nconsul: {address: c:8500, extraAddresses: [\"c2\"]}", "/consul/extraAddresses/0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -301,6 +324,35 @@ func TestHelmTemplateValues(t *testing.T) {
 	}
 	if cm.Spec.Template.Spec.ServiceAccountName != "custom-sa" {
 		t.Errorf("serviceAccount.name ignored: %q", cm.Spec.Template.Spec.ServiceAccountName)
+	}
+
+	// The login profile: the auth method, the addresses, the datacenter
+	// and the scope as flags; no token file; the ServiceAccount token
+	// (the bearer token) mounted at its default path.
+	var lg appsv1.Deployment
+	profile(t, "login").render(t, "fs", "fleetsync").one(t, "Deployment", &lg)
+	lc := lg.Spec.Template.Spec.Containers[0]
+	for _, a := range []string{"--consul-login-auth-method=consul-consul-k8s-component-auth-method", "--consul-login-datacenter=dc1",
+		"--consul-login-meta=component=fleetsync", "--consul-datacenter=dc1", "--consul-partition=team-a",
+		"--enable-k8s-namespace-mirroring=true", "--k8s-namespace-mirroring-prefix=k8s-",
+		"--consul-address=https://consul-server-0.consul-server.consul.svc:8501,consul-server-1.consul-server.consul.svc:8501,consul-server-2.consul-server.consul.svc:8501"} {
+		if !slices.Contains(lc.Args, a) {
+			t.Errorf("login profile: args %q lack %q", lc.Args, a)
+		}
+	}
+	for _, e := range lc.Env {
+		if e.Name == "CONSUL_HTTP_TOKEN_FILE" {
+			t.Errorf("login profile sets %s", e.Name)
+		}
+	}
+	if lg.Spec.Template.Spec.AutomountServiceAccountToken == nil || !*lg.Spec.Template.Spec.AutomountServiceAccountToken {
+		t.Error("login profile: the ServiceAccount token (the bearer token) is not mounted")
+	}
+	// Without login, none of its flags.
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--consul-login") || strings.HasPrefix(a, "--consul-namespace") || strings.HasPrefix(a, "--enable-k8s-namespace-mirroring") {
+			t.Errorf("everything profile passes %q", a)
+		}
 	}
 
 	// Lease timing flags only when set.

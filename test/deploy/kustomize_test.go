@@ -42,10 +42,12 @@ func daemonEnvNames(t *testing.T, bin string) map[string]bool {
 var kustomizeDirs = []struct {
 	dir, profile string
 	shards       int
+	login        bool // logs in with an auth method instead of a token file
 }{
-	{"base", "minimal", 0},
-	{"example", "minimal", 0},
-	{"example-sharded", "sharded", 12},
+	{"base", "minimal", 0, false},
+	{"example", "minimal", 0, false},
+	{"example-sharded", "sharded", 12, false},
+	{"example-login", "minimal", 0, true},
 }
 
 // TestKustomize: the base, the example overlay and the sharded one render
@@ -150,8 +152,12 @@ func TestKustomize(t *testing.T) {
 				t.Errorf("fleetsync --version with the ConfigMap's variables: exit %d: %s", r.code, r.stderr)
 			}
 			if k.dir != "base" {
-				if cm.Data["FLEETSYNC_CLUSTER_ID"] == "" || cm.Data["CONSUL_HTTP_ADDR"] == "" || cm.Data["CONSUL_HTTP_TOKEN_FILE"] == "" {
-					t.Errorf("example overlay ConfigMap %v: want a cluster id and a token file", cm.Data)
+				if cm.Data["FLEETSYNC_CLUSTER_ID"] == "" || cm.Data["CONSUL_HTTP_ADDR"] == "" || (cm.Data["CONSUL_HTTP_TOKEN_FILE"] == "") != k.login {
+					t.Errorf("example overlay ConfigMap %v: want a cluster id and a token file (or, logging in, none)", cm.Data)
+				}
+				if k.login && (cm.Data["FLEETSYNC_CONSUL_LOGIN_AUTH_METHOD"] == "" || d.Spec.Template.Spec.AutomountServiceAccountToken == nil ||
+					!*d.Spec.Template.Spec.AutomountServiceAccountToken) {
+					t.Errorf("login overlay: want an auth method and the ServiceAccount token (the bearer token) mounted")
 				}
 				// checkPod verified the token file is on a mounted
 				// volume; here, that the variable points at it.

@@ -26,6 +26,7 @@ type aclLogin struct {
 	method     string
 	sa         string
 	bearerFile string
+	policyID   string
 }
 
 func newACLLogin(t *testing.T, e *env, rules string) *aclLogin {
@@ -43,6 +44,7 @@ func newACLLogin(t *testing.T, e *env, rules string) *aclLogin {
 	must(t, err)
 	policy, _, err := a.admin.ACL().PolicyCreate(&consulapi.ACLPolicy{Name: "fleetsync-" + e.cluster, Rules: strings.ReplaceAll(rules, "<cluster-id>", e.cluster)}, nil)
 	must(t, err)
+	a.policyID = policy.ID
 	role, _, err := a.admin.ACL().RoleCreate(&consulapi.ACLRole{Name: "fleetsync-" + e.cluster + "-role", Policies: []*consulapi.ACLRolePolicyLink{{ID: policy.ID}}}, nil)
 	must(t, err)
 	// consul-k8s binds each component's ServiceAccount to its role so.
@@ -166,11 +168,13 @@ func TestACLLoginKubernetesAuthMethod(t *testing.T) {
 	t.Logf("re-login after the token was deleted: the pending change landed (%d instances); logout removed token %s", len(keys)+1, second.AccessorID)
 }
 
-// TestACLLoginGrantsTooLittle: a binding rule whose role's policy cannot
-// claim the cluster id stops fleetsync at start with an error naming the
-// permission Consul refused and what the policy must grant (no retry loop,
-// nothing written); a binding rule that does not select fleetsync's
-// ServiceAccount makes the login itself fail, naming the auth method.
+// TestACLLoginGrantsTooLittle: a binding rule whose role's policy grants
+// too little stops fleetsync at start with an error naming what Consul
+// refused and what the policy must grant (no retry loop, nothing written):
+// without node:write and key:write the permission check at start names
+// both; with them but without session:write the cluster-id claim names
+// that. A binding rule that does not select fleetsync's ServiceAccount
+// makes the login itself fail, naming the auth method.
 func TestACLLoginGrantsTooLittle(t *testing.T) {
 	e := newEnv(t)
 	const readOnly = `
@@ -179,26 +183,40 @@ service_prefix "" { policy = "write" }
 key_prefix "fleetsync/" { policy = "read" }
 `
 	a := newACLLogin(t, e, readOnly)
-	_, keys := svcSet(t, e, "little", 1, 2, 180)
-	_ = keys
-	d := a.spawn(t, e)
-	err := waitExit(t, d, 60*time.Second)
-	log := d.LogTail(80)
-	if err == nil || !strings.Contains(log, "Permission denied") || !strings.Contains(log, "lacks permission") ||
-		!strings.Contains(log, "binding rules") || !strings.Contains(log, "session:write") {
-		t.Fatalf("exit %v; want an error naming the missing permission and the policy to grant; log:\n%s", err, log)
+	svcSet(t, e, "little", 1, 2, 180)
+	stopsWith := func(step string, want ...string) {
+		t.Helper()
+		d := a.spawn(t, e)
+		err := waitExit(t, d, 60*time.Second)
+		log := d.LogTail(80)
+		for _, w := range append([]string{"binding rules", "The policy must grant"}, want...) {
+			if err == nil || !strings.Contains(log, w) {
+				t.Fatalf("%s: exit %v; want an error containing %q; log:\n%s", step, err, w, log)
+			}
+		}
+		if n, _, _ := fixture.ClusterServiceCount(a.admin, e.cluster); n != 0 {
+			t.Fatalf("%s: %d instances written with a refused policy", step, n)
+		}
+		t.Logf("%s: %s", step, lastLineWith(log, "lacks"))
 	}
-	if n, _, _ := fixture.ClusterServiceCount(a.admin, e.cluster); n != 0 {
-		t.Fatalf("%d instances written with a refused policy", n)
-	}
-	t.Logf("too little granted: %s", lastLineWith(log, "lacks permission"))
+	stopsWith("read-only policy", `lacks node:write on "k8s-`+e.cluster+`"`, `key:write on "fleetsync/clusters/`+e.cluster+`"`)
+
+	noSession := `
+node "k8s-<cluster-id>" { policy = "write" }
+service_prefix "" { policy = "write" }
+key_prefix "fleetsync/clusters/" { policy = "write" }
+`
+	_, _, err := a.admin.ACL().PolicyUpdate(&consulapi.ACLPolicy{ID: a.policyID, Name: "fleetsync-" + e.cluster,
+		Rules: strings.ReplaceAll(noSession, "<cluster-id>", e.cluster)}, nil)
+	must(t, err)
+	stopsWith("no session:write", "Permission denied", "lacks permission 'session:write'")
 
 	// A ServiceAccount no binding rule selects: the login is refused.
 	a.sa = "someone-else"
 	a.rotate(t, e)
 	d2 := a.spawn(t, e)
 	err = waitExit(t, d2, 60*time.Second)
-	log = d2.LogTail(80)
+	log := d2.LogTail(80)
 	if err == nil || !strings.Contains(log, a.method) || !strings.Contains(log, "binding rule") {
 		t.Fatalf("exit %v; want a login error naming the auth method; log:\n%s", err, log)
 	}

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +47,7 @@ func TestFailoverBetweenServers(t *testing.T) {
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 		ConsulAddr: own.Server(order[0]).Addr, Namespaces: []string{e.ns},
 		Args: []string{"--consul-address=" + own.Server(order[1]).Addr, "--consul-address=" + own.Server(order[2]).Addr,
-			"--consul-request-timeout=" + timeout.String(), "--window=0"}})
+			"--consul-request-timeout=" + timeout.String(), "--window=0", "--consul-datacenter=dc1"}})
 	must(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -56,6 +59,34 @@ func TestFailoverBetweenServers(t *testing.T) {
 	read := own.ServerClient(other)
 	e.waitCount(read, len(keys), 20*time.Second)
 	want := len(keys)
+
+	// Lost: instances missing from Consul at the worst of polls every
+	// 20 ms through the stops (reads that fail during an election skip).
+	var floor, worst, polls, failed atomic.Int64
+	floor.Store(int64(want))
+	pollCtx, stopPolls := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-pollCtx.Done():
+				return
+			case <-tk.C:
+			}
+			n, _, err := fixture.ClusterServiceCount(read, e.cluster)
+			if err != nil {
+				failed.Add(1)
+			} else {
+				polls.Add(1)
+				if missing := floor.Load() - int64(n); missing > worst.Load() {
+					worst.Store(missing)
+				}
+			}
+		}
+	})
+	defer func() { stopPolls(); wg.Wait() }()
 
 	ports := map[string]int32{"http": 80}
 	for step, stop := range []int{follower, leader} {
@@ -72,6 +103,7 @@ func TestFailoverBetweenServers(t *testing.T) {
 			}
 			return nil
 		})
+		floor.Store(int64(want))
 		took := time.Since(stopped)
 		role := "a follower"
 		if stop == leader {
@@ -105,6 +137,12 @@ func TestFailoverBetweenServers(t *testing.T) {
 		t.Fatal("no failover in the log")
 	}
 	t.Logf("%d failovers; first: %s", len(failovers), failovers[0])
+	stopPolls()
+	wg.Wait()
+	t.Logf("FIGURES TestFailoverBetweenServers: lost=%d (worst of %d polls every 20ms that Consul answered; %d got no answer)", worst.Load(), polls.Load(), failed.Load())
+	if worst.Load() != 0 {
+		t.Errorf("%d instances missing from Consul at the worst poll", worst.Load())
+	}
 }
 
 // indexes maps the ID of every instance of the services to its ModifyIndex.

@@ -46,6 +46,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "clusterID %q is invalid: it must be a DNS label (1-63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit)" $id) -}}
 {{- end -}}
 {{- $_ := required "consul.address is required: the Consul HTTP API, host:port or https://host:port" .Values.consul.address -}}
+{{- if .Values.consul.login.enabled -}}
+{{- $_ := required "consul.login.authMethod is required with consul.login.enabled: the Consul auth method to log in with (consul-k8s: <release>-consul-k8s-component-auth-method)" .Values.consul.login.authMethod -}}
+{{- if .Values.consul.tokenSecret.name -}}
+{{- fail "consul.login.enabled and consul.tokenSecret.name: set one (the login token replaces the static one)" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.consul.mirrorK8sNamespaces .Values.consul.namespace -}}
+{{- fail "consul.mirrorK8sNamespaces and consul.namespace: set one (mirroring names each instance's namespace after its Kubernetes namespace)" -}}
+{{- end -}}
 {{- if and .Values.consul.ca.secretName .Values.consul.ca.configMapName -}}
 {{- fail "consul.ca: set secretName or configMapName, not both" -}}
 {{- end -}}

@@ -25,6 +25,7 @@
 - {{ print "--shutdown-timeout=" .Values.shutdownTimeout | toJson }}
 - {{ print "--log-level=" .Values.log.level | toJson }}
 - {{ print "--log-json=" .Values.log.json | toJson }}
+{{- include "fleetsync.consulArgs" . }}
 {{- if include "fleetsync.sharded" . }}
 - {{ print "--shards=" (int .Values.shards) | toJson }}
 - {{ print "--lease-namespace=" .Release.Namespace | toJson }}
@@ -137,5 +138,42 @@ the pod (kubectl exec) reach the same Consul. */}}
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Consul access beyond the CONSUL_* variables: more addresses, the
+datacenter, Enterprise namespaces and partitions, the login. */}}
+{{- define "fleetsync.consulArgs" -}}
+{{- with .Values.consul.extraAddresses }}
+- {{ print "--consul-address=" (join "," (prepend . $.Values.consul.address)) | toJson }}
+{{- end }}
+{{- with .Values.consul.datacenter }}
+- {{ print "--consul-datacenter=" . | toJson }}
+{{- end }}
+{{- with .Values.consul.namespace }}
+- {{ print "--consul-namespace=" . | toJson }}
+{{- end }}
+{{- with .Values.consul.partition }}
+- {{ print "--consul-partition=" . | toJson }}
+{{- end }}
+{{- if .Values.consul.mirrorK8sNamespaces }}
+- "--enable-k8s-namespace-mirroring=true"
+{{- with .Values.consul.mirrorK8sNamespacesPrefix }}
+- {{ print "--k8s-namespace-mirroring-prefix=" . | toJson }}
+{{- end }}
+{{- end }}
+{{- with .Values.consul.login }}
+{{- if .enabled }}
+- {{ print "--consul-login-auth-method=" .authMethod | toJson }}
+{{- with .datacenter }}
+- {{ print "--consul-login-datacenter=" . | toJson }}
+{{- end }}
+{{- with .bearerTokenFile }}
+- {{ print "--consul-login-bearer-token-file=" . | toJson }}
+{{- end }}
+{{- range $k, $v := .meta }}
+- {{ printf "--consul-login-meta=%s=%s" $k $v | toJson }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fleetsync/fleetsync/consul"
+)
+
+// TestConsulAccessFlags: the login, address, datacenter and scope flags
+// parse, and combinations that cannot work are refused naming the flags.
+func TestConsulAccessFlags(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c config)
+	}{
+		{name: "login defaults", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s"}, check: func(t *testing.T, c config) {
+			if c.LoginBearerTokenFile != consul.DefaultBearerTokenFile || c.LoginAuthMethod != "k8s" {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{name: "login and a static token", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s", "--consul-token-file=/t"}, wantErr: "choose one"},
+		{name: "login meta", args: []string{"--cluster-id=x", "--consul-login-meta=component=fleetsync", "--consul-login-meta=team = infra"}, check: func(t *testing.T, c config) {
+			m, err := c.loginMeta()
+			if err != nil || len(m) != 2 || m["component"] != "fleetsync" || m["team"] != "infra" {
+				t.Errorf("meta %v, %v", m, err)
+			}
+		}},
+		{name: "bad login meta", args: []string{"--cluster-id=x", "--consul-login-meta=nokey"}, wantErr: `--consul-login-meta="nokey"`},
+		{name: "several addresses, from env too", env: map[string]string{"FLEETSYNC_CLUSTER_ID": "x", "FLEETSYNC_CONSUL_ADDRESS": "a:8500,b:8500"},
+			args: []string{"--consul-address=c:8500"}, check: func(t *testing.T, c config) {
+				if c.ConsulAddr.String() != "c:8500" {
+					t.Errorf("args must win over the variable: %q", c.ConsulAddr.String())
+				}
+			}},
+		{name: "mirroring prefix alone", args: []string{"--cluster-id=x", "--k8s-namespace-mirroring-prefix=k8s-"}, wantErr: "needs --enable-k8s-namespace-mirroring"},
+		{name: "mirroring and a namespace", args: []string{"--cluster-id=x", "--enable-k8s-namespace-mirroring", "--consul-namespace=team"}, wantErr: "choose one"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseArgs(t, c.args, c.env)
+			switch {
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("err = %v", err)
+			}
+			if c.check != nil {
+				c.check(t, cfg)
+			}
+		})
+	}
+}
+
+func TestConsulAddresses(t *testing.T) {
+	cfg := config{ConsulAddr: stringList{values: []string{"https://a:8501", "b:8501/"}}}
+	addrs, scheme, err := consulAddresses(cfg, "ignored:1")
+	if err != nil || scheme != "https" || strings.Join(addrs, ",") != "a:8501,b:8501" {
+		t.Fatalf("%v %q %v", addrs, scheme, err)
+	}
+	if addrs, scheme, err := consulAddresses(config{}, "127.0.0.1:8500"); err != nil || scheme != "" || len(addrs) != 1 || addrs[0] != "127.0.0.1:8500" {
+		t.Fatalf("default: %v %q %v", addrs, scheme, err)
+	}
+	if _, _, err := consulAddresses(config{ConsulAddr: stringList{values: []string{"https://a:1", "http://b:1"}}}, ""); err == nil {
+		t.Fatal("mixed schemes accepted")
+	}
+}
+
+func TestConsulScopeAndPodMeta(t *testing.T) {
+	env := map[string]string{"CONSUL_NAMESPACE": "from-env", "CONSUL_PARTITION": "p-env", "POD_NAMESPACE": "fs", "POD_NAME": "fleetsync-0"}
+	get := func(k string) string { return env[k] }
+	if s := consulScope(config{}, get); s.Namespace != "from-env" || s.Partition != "p-env" {
+		t.Errorf("env defaults: %+v", s)
+	}
+	if s := consulScope(config{ConsulNamespace: "flag", MirrorNamespaces: true}, get); s.Namespace != "flag" || !s.MirrorNamespaces {
+		t.Errorf("flags win: %+v", s)
+	}
+	if s := consulScope(config{MirrorNamespaces: true}, get); s.Namespace != "" {
+		t.Errorf("mirroring takes no namespace from the environment: %+v", s)
+	}
+	if m := withPodMeta(nil, get); m["pod"] != "fs/fleetsync-0" {
+		t.Errorf("pod meta %v", m)
+	}
+	if m := withPodMeta(map[string]string{"pod": "mine"}, get); m["pod"] != "mine" {
+		t.Errorf("explicit pod meta replaced: %v", m)
+	}
+	if m := withPodMeta(nil, func(string) string { return "" }); m != nil {
+		t.Errorf("pod meta without the variables: %v", m)
+	}
+}
