@@ -176,15 +176,29 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.waitWorkers()
 
 	start := s.opts.Clock.Now()
+	// The owned Consul state is read while the informers list: neither
+	// needs the other, and both must be complete before any worker runs.
+	type ownedRead struct {
+		owned   map[k8s.Key][]consul.Registered
+		foreign int
+		err     error
+	}
+	readC := make(chan ownedRead, 1)
+	go func() {
+		owned, foreign, err := s.readOwned(ctx)
+		readC <- ownedRead{owned, foreign, err}
+	}()
 	if !s.opts.Watcher.WaitForSync(ctx) {
+		<-readC
 		return nil // ctx done
 	}
 	s.opts.Hooks.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
-	owned, foreign, err := s.readOwned(ctx)
-	if err != nil {
+	read := <-readC
+	if read.err != nil {
 		return nil // ctx done
 	}
+	owned, foreign := read.owned, read.foreign
 	s.setNodes(owned)
 	s.startFleet(ctx, owned)
 	d := s.opts.Clock.Since(start)
