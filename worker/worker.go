@@ -91,6 +91,7 @@ type Worker struct {
 	// Owned by the Run goroutine.
 	owned       map[string]consul.Registered
 	ownedKnown  bool
+	adopt       bool // owned came from a read: see adoptDesired
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimer clock.Timer
@@ -132,6 +133,7 @@ func New(opts Options) *Worker {
 	for _, r := range opts.Owned {
 		w.owned[r.ID] = r
 	}
+	w.adopt = len(w.owned) > 0
 	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
 		Window: opts.Config.DefaultWindow, Registered: len(w.owned),
 		Latency: NewHistogram(LatencyBuckets), Coalesced: NewHistogram(CoalescedBuckets)}
@@ -350,6 +352,9 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 		res.desired = len(desired)
 		ch := Diff(desired, w.owned, w.nodeOf)
 		if ch.Empty() {
+			if w.adopt {
+				w.adoptDesired(desired)
+			}
 			res.finished = !w.selected() && len(w.owned) == 0
 			return res, nil
 		}
@@ -502,8 +507,24 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	}
 	w.owned = OwnedOf(c, w.opts.Key, entries)
 	w.foreign = ForeignOf(c, w.opts.Key, entries)
-	w.ownedKnown = true
+	w.ownedKnown, w.adopt = true, true
 	return nil
+}
+
+// adoptDesired gives every owned entry equal to its desired instance the
+// desired instance's fields. An entry read from Consul holds its own copy
+// of every tag and meta string (decoded JSON, ~0.5 KiB per instance); a
+// desired instance shares them with the Kubernetes objects and the code.
+// So a fleet read at start, or re-read by anti-entropy, keeps the memory a
+// cold start leaves. Called on a look that found nothing to write.
+func (w *Worker) adoptDesired(desired []consul.Instance) {
+	for _, d := range desired {
+		if have, ok := w.owned[d.ID]; ok && have.Instance.Equal(d) {
+			have.Instance = d
+			w.owned[d.ID] = have
+		}
+	}
+	w.adopt = false
 }
 
 // lossEvidence compares the entries a worker held with a fresh read: an
