@@ -91,7 +91,7 @@ type Worker struct {
 	// Owned by the Run goroutine.
 	owned       map[string]consul.Registered
 	ownedKnown  bool
-	adopt       bool // owned came from a read: see adoptDesired
+	adopt       bool                         // owned came from a read: see adoptDesired
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimer clock.Timer

@@ -297,7 +297,7 @@ func (b *bench) measureMemory(services int) error {
 	p := memPoint{services: services, rss: rss, heap: heap, goroutines: gor}
 	b.mem = append(b.mem, p)
 	label := fmt.Sprintf("%s x %d", formatValue(float64(services)), b.opts.endpoints)
-	b.res.add("memory", label+": fleetsync RSS", math.Round(rss/mib*10)/10, "MiB", "VmRSS, target < 512 MiB at 10,000 x 10")
+	b.res.add("memory", label+": fleetsync RSS", math.Round(rss/mib*10)/10, "MiB", "VmRSS, target < 256 MiB idle at 10,000 x 10")
 	b.res.add("memory", label+": Go heap in use", math.Round(heap/mib*10)/10, "MiB", "go_memstats_heap_inuse_bytes")
 	b.res.add("memory", label+": goroutine stacks", math.Round(stacks/mib*10)/10, "MiB", fmt.Sprintf("%.0f goroutines", gor))
 	b.res.add("memory", label+": free heap kept by the Go runtime", math.Round(retained/mib*10)/10, "MiB", "heap idle - released: counted in RSS, not in use")
@@ -348,7 +348,7 @@ func (b *bench) memoryLarge() error {
 	b.res.add("memory", "fixed RSS (intercept at 0 Services)", math.Round((lo.rss-perRSS*float64(lo.services))/mib*10)/10, "MiB", "")
 	proj := hi.rss + perRSS*float64(10000-hi.services)
 	b.res.add("memory", fmt.Sprintf("projected RSS at 10,000 Services x %d (linear)", b.opts.endpoints), math.Round(proj/mib), "MiB",
-		"from the two points above; the DESIGN target is < 512 MiB at 10,000 x 10")
+		"from the two points above; the DESIGN target is < 256 MiB at 10,000 x 10")
 	return nil
 }
 
@@ -391,7 +391,7 @@ func (b *bench) restart() error {
 		return err
 	}
 	spawned := time.Now()
-	profiled := b.cpuProfile(d, "restart", 5)
+	profiled := b.cpuProfile(d, "restart", 15)
 	defer profiled()
 	readyAt, err := waitReady(b.ctx, d, 5*time.Minute)
 	if err != nil {
