@@ -149,7 +149,7 @@ func (b *bench) coldStart() error {
 	b.logf("daemon: fleetsync %s", daemonArgs(b.daemon))
 	label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
 	b.recordCold(r, label)
-	return b.keepSnapshot(label, svcPrefix, r)
+	return b.limitAfter(label, svcPrefix, r, "fleetsync", benchNS, rolloutNS)
 }
 
 // compareColdStart times 200 Services x 5 endpoints (the 1,000 instances
@@ -173,7 +173,7 @@ func (b *bench) compareColdStart() error {
 		return err
 	}
 	b.recordCold(r, "200 x 5")
-	if err := b.keepSnapshot("200 x 5", "cmp-", r); err != nil {
+	if err := b.limitAfter("200 x 5", "cmp-", r, ""); err != nil {
 		return err
 	}
 	b.stopDaemon()
@@ -327,13 +327,13 @@ func (b *bench) memoryLarge() error {
 	}
 	label := fmt.Sprintf("%s x %d", formatValue(float64(n)), b.opts.endpoints)
 	b.recordCold(r, label)
-	if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
-		return err
-	}
 	if err := b.measureIdle(label, min(b.opts.idle, 30*time.Second)); err != nil {
 		return err
 	}
 	if err := b.measureMemory(n); err != nil {
+		return err
+	}
+	if err := b.limitAfter(label, svcPrefix, r, ""); err != nil {
 		return err
 	}
 	if len(b.mem) < 2 {
