@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -130,8 +131,14 @@ type Supervisor struct {
 	wg       sync.WaitGroup
 
 	// nodes is how many Consul nodes new instances are spread over, set
-	// at bootstrap before any worker starts (0 before).
-	nodes atomic.Int64
+	// at bootstrap before any worker starts (0 before); layout is the
+	// workers' cluster with that many nodes (one for all of them: it
+	// holds the node names).
+	nodes  atomic.Int64
+	layout atomic.Pointer[ownership.Cluster]
+
+	wlogOnce sync.Once
+	wlog     hclog.Logger
 }
 
 type entry struct {
@@ -176,15 +183,29 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.waitWorkers()
 
 	start := s.opts.Clock.Now()
+	// The owned Consul state is read while the informers list: neither
+	// needs the other, and both must be complete before any worker runs.
+	type ownedRead struct {
+		owned   map[k8s.Key][]consul.Registered
+		foreign int
+		err     error
+	}
+	readC := make(chan ownedRead, 1)
+	go func() {
+		owned, foreign, err := s.readOwned(ctx)
+		readC <- ownedRead{owned, foreign, err}
+	}()
 	if !s.opts.Watcher.WaitForSync(ctx) {
+		<-readC
 		return nil // ctx done
 	}
 	s.opts.Hooks.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
-	owned, foreign, err := s.readOwned(ctx)
-	if err != nil {
+	read := <-readC
+	if read.err != nil {
 		return nil // ctx done
 	}
+	owned, foreign := read.owned, read.foreign
 	s.setNodes(owned)
 	s.startFleet(ctx, owned)
 	d := s.opts.Clock.Since(start)
@@ -305,8 +326,20 @@ func (s *Supervisor) setNodes(owned map[k8s.Key][]consul.Registered) {
 		s.log.Warn("More Services per Consul node than advised: each write to a crowded node costs Consul more (cold starts and rollouts slow down); raise --consul-nodes",
 			"services", selected, "consul_nodes", n, "advised_consul_nodes", (selected+ServicesPerNode-1)/ServicesPerNode)
 	}
-	s.nodes.Store(int64(n))
-	s.opts.Hooks.ConsulNodes(n)
+	layout, err := s.opts.Worker.Cluster.WithNodes(n)
+	if err != nil { // n is 1..MaxNodes: ChooseNodes or the cluster's own
+		layout = s.opts.Worker.Cluster
+	}
+	s.layout.Store(&layout)
+	s.nodes.Store(int64(layout.Nodes()))
+	s.opts.Hooks.ConsulNodes(layout.Nodes())
+}
+
+// workerLog is the logger the workers derive theirs from: one for all
+// (hclog copies a logger for every Named).
+func (s *Supervisor) workerLog() hclog.Logger {
+	s.wlogOnce.Do(func() { s.wlog = s.log.Named("worker") })
+	return s.wlog
 }
 
 // consulNodes is the number of nodes new instances go on.
@@ -380,8 +413,8 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		obs = s.opts.ObserverFor(key)
 	}
 	cfg := s.opts.Worker
-	if n := s.consulNodes(); n != cfg.Cluster.Nodes() {
-		cfg.Cluster, _ = cfg.Cluster.WithNodes(n) // n is within bounds: ChooseNodes or the cluster's own
+	if l := s.layout.Load(); l != nil {
+		cfg.Cluster = *l
 	}
 	return worker.New(worker.Options{
 		Key:          key,
@@ -389,7 +422,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		Lookup:       func() (*k8s.Service, bool) { return s.lookup(key) },
 		Store:        s.opts.Store,
 		Clock:        s.opts.Clock,
-		Log:          s.log.Named("worker"),
+		Log:          s.workerLog(),
 		Reporter:     s.opts.Reporter,
 		Observer:     obs,
 		Gate:         s.gate,

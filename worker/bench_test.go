@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -98,5 +99,47 @@ func BenchmarkNotify(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Notify() // not running: nothing drains the trigger, as for a worker that cannot flush
+	}
+}
+
+// TestReadEntriesAdoptTheDesiredInstances: owned entries read from Consul
+// (their own copies of every string, as JSON decoding makes them) that
+// equal the desired instances take the desired instances' fields on the
+// first look that writes nothing, so a restarted fleet does not keep a
+// second copy of every tag and meta string.
+func TestReadEntriesAdoptTheDesiredInstances(t *testing.T) {
+	svc := benchSvc(3)
+	spec, err := Desired(svc, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []consul.Registered
+	readMeta := map[string]uintptr{}
+	for i, in := range spec.Instances {
+		c := cloneInstance(in) // what a read decodes: equal, not shared
+		read = append(read, consul.Registered{Instance: c, Node: testCluster(t).NodeName(), ServiceIndex: uint64(i + 1), CheckIndex: uint64(i + 1), HasCheck: true})
+		readMeta[c.ID] = reflect.ValueOf(c.Meta).Pointer()
+	}
+	h := newHarness(t, svc, func(h *harness, o *Options) { o.Owned = read })
+	h.start()
+	if f := h.flush(); f.Wrote || f.Err != nil {
+		t.Fatalf("first look: %+v, want nothing written", f)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.w.owned) != len(read) {
+		t.Fatalf("%d owned entries, want %d", len(h.w.owned), len(read))
+	}
+	for id, r := range h.w.owned {
+		if reflect.ValueOf(r.Meta).Pointer() == readMeta[id] {
+			t.Errorf("%s still holds the meta map it was read with", id)
+		}
+		if r.ServiceIndex == 0 || !r.HasCheck {
+			t.Errorf("%s lost its indexes: %+v", id, r)
+		}
+	}
+	if applies, _ := h.store.counts(); applies != 0 {
+		t.Errorf("%d applies, want 0", applies)
 	}
 }

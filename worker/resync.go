@@ -69,7 +69,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	}
 	w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.foreign = ForeignOf(w.opts.Config.Cluster, w.opts.Key, entries)
-	w.ownedKnown = true
+	w.ownedKnown, w.adopt = true, true
 	return true, nil
 }
 

@@ -94,7 +94,7 @@ type Worker struct {
 	trigger chan struct{}
 	resync  chan struct{}
 	retry   chan struct{}
-	adopt   chan adoption
+	adoptC  chan adoption
 	// pendingSince is the unix-nano time of the oldest change not yet
 	// flushed, 0 when none; events counts notifications.
 	pendingSince atomic.Int64
@@ -103,6 +103,7 @@ type Worker struct {
 	// Owned by the Run goroutine.
 	owned       map[string]consul.Registered
 	ownedKnown  bool
+	adopt       bool                         // owned came from a read: see adoptDesired
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
 	blockedNow  int                          // desired instances the last sync left out for them
 	lastWrite   time.Time                    // when the last Apply returned
@@ -144,13 +145,14 @@ func New(opts Options) *Worker {
 		trigger:    make(chan struct{}, 1),
 		resync:     make(chan struct{}, 1),
 		retry:      make(chan struct{}, 1),
-		adopt:      make(chan adoption, 1),
+		adoptC:     make(chan adoption, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
 	w.owned = make(map[string]consul.Registered, len(opts.Owned))
 	for _, r := range opts.Owned {
 		w.owned[r.ID] = r
 	}
+	w.adopt = len(w.owned) > 0
 	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
 		Window: opts.Config.DefaultWindow, Registered: len(w.owned),
 		Latency: NewHistogram(LatencyBuckets), Coalesced: NewHistogram(CoalescedBuckets)}
@@ -203,12 +205,12 @@ func (w *Worker) Adopt(entries []consul.Registered, readStart time.Time) {
 	a := adoption{entries: entries, at: readStart}
 	for {
 		select {
-		case w.adopt <- a:
+		case w.adoptC <- a:
 			return
 		default:
 		}
 		select {
-		case <-w.adopt: // replace the older one
+		case <-w.adoptC: // replace the older one
 		default:
 		}
 	}
@@ -295,12 +297,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.resyncDue, s.dirty = true, true
 		case <-w.resync:
 			w.resyncDue, s.dirty = true, true
-		case a := <-w.adopt:
+		case a := <-w.adoptC:
 			if w.lastWrite.After(a.at) {
 				w.ownedKnown = false // wrote meanwhile: the read may miss it
 			} else {
 				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
-				w.ownedKnown = true
+				w.ownedKnown, w.adopt = true, true
 			}
 			w.resyncDue = false // this is the pass, every name included
 			s.dirty = true
@@ -453,6 +455,9 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 		res.desired = len(desired)
 		ch := Diff(desired, w.owned, w.nodeOf)
 		if ch.Empty() {
+			if w.adopt {
+				w.adoptDesired(desired)
+			}
 			res.finished = !w.selected() && len(w.owned) == 0
 			return res, nil
 		}
@@ -609,8 +614,24 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	}
 	w.owned = OwnedOf(c, w.opts.Key, entries)
 	w.foreign = ForeignOf(c, w.opts.Key, entries)
-	w.ownedKnown = true
+	w.ownedKnown, w.adopt = true, true
 	return nil
+}
+
+// adoptDesired gives every owned entry equal to its desired instance the
+// desired instance's fields. An entry read from Consul holds its own copy
+// of every tag and meta string (decoded JSON, ~0.5 KiB per instance); a
+// desired instance shares them with the Kubernetes objects and the code.
+// So a fleet read at start, or re-read by anti-entropy, keeps the memory a
+// cold start leaves. Called on a look that found nothing to write.
+func (w *Worker) adoptDesired(desired []consul.Instance) {
+	for _, d := range desired {
+		if have, ok := w.owned[d.ID]; ok && have.Instance.Equal(d) {
+			have.Instance = d
+			w.owned[d.ID] = have
+		}
+	}
+	w.adopt = false
 }
 
 // lossEvidence compares the entries a worker held with a fresh read: an

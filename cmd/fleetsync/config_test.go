@@ -37,7 +37,7 @@ func TestConfig(t *testing.T) {
 		{name: "too long cluster id", args: []string{"--cluster-id=" + strings.Repeat("a", 64)}, wantErr: "1-63 characters"},
 		{name: "defaults", args: []string{"--cluster-id=prod"}, check: func(t *testing.T, c config) {
 			if c.Window != time.Second || c.DefaultSync || c.AllowNamespaces.String() != "*" || c.DenyNamespaces.String() != "kube-system" ||
-				c.HTTPAddr != ":9090" || c.K8sTag != "k8s" || c.MetricsPerWorker != "all" {
+				c.HTTPAddr != ":9090" || c.K8sTag != "k8s" || c.MetricsPerWorker != "top-20" {
 				t.Errorf("defaults: %+v", c)
 			}
 		}},

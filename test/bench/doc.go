@@ -34,16 +34,19 @@
 //	churn       1,000 Services each changing once per second for 60 s under
 //	            --consul-max-writes-per-second=100: Raft applies/s (max, mean),
 //	            lag of each Service's final state after the churn stops
-//	limit       Consul's own limit for each cold start of the run: what the
-//	            cold start left on the cluster's nodes (every instance's
-//	            service and check, and the nodes) is read back, then written
-//	            into a fresh Consul with raw /v1/txn calls shaped like
-//	            fleetsync's (per Service a node op, then a service op and a
-//	            check op per instance; the first transaction on a node
-//	            creates it while the others wait; the same nodes; 8 in
-//	            flight, the daemon's --consul-max-inflight); prints the
-//	            limit's time and fleetsync's cold start as a ratio of it
-//	            (limit time / fleetsync time; target >= 0.8)
+//	limit       Consul's own limit, right after each cold start of the run:
+//	            what the cold start left on the cluster's nodes (every
+//	            instance's service and check, and the nodes) is read back,
+//	            then written into a fresh Consul with raw /v1/txn calls
+//	            shaped like fleetsync's (per Service a node op, then a
+//	            service op and a check op per instance; the first
+//	            transaction on a node creates it while the others wait; the
+//	            same nodes; 8 in flight, the daemon's --consul-max-inflight);
+//	            prints the limit's time and fleetsync's cold start as a
+//	            ratio of it (limit time / fleetsync time; target >= 0.8).
+//	            The main daemon is then started over the limit's entries
+//	            (target: 0 catalog writes, the shapes are the same) and
+//	            runs the later scenarios. Alone, it runs a cold start first
 //	inprocess   in-process event source, not the real API server: the same
 //	            supervisor, workers and Consul client (exported APIs) fed from
 //	            an in-memory supervisor.Watcher, against the real Consul, to

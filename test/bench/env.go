@@ -52,8 +52,8 @@ type bench struct {
 	converged bool
 	slices    map[string]*sliceState // benchNS Service name -> its slice, as last written
 
-	mem   []memPoint        // memory measurements at increasing sizes
-	snaps []catalogSnapshot // what each cold start wrote, for the limit scenario
+	mem     []memPoint // memory measurements at increasing sizes
+	limited bool       // a cold start of this run was measured against the limit
 }
 
 func (b *bench) logf(format string, args ...any) {

@@ -149,7 +149,7 @@ func (b *bench) coldStart() error {
 	b.logf("daemon: fleetsync %s", daemonArgs(b.daemon))
 	label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
 	b.recordCold(r, label)
-	return b.keepSnapshot(label, svcPrefix, r)
+	return b.limitAfter(label, svcPrefix, r, "fleetsync", benchNS, rolloutNS)
 }
 
 // compareColdStart times 200 Services x 5 endpoints (the 1,000 instances
@@ -173,7 +173,7 @@ func (b *bench) compareColdStart() error {
 		return err
 	}
 	b.recordCold(r, "200 x 5")
-	if err := b.keepSnapshot("200 x 5", "cmp-", r); err != nil {
+	if err := b.limitAfter("200 x 5", "cmp-", r, ""); err != nil {
 		return err
 	}
 	b.stopDaemon()
@@ -297,7 +297,7 @@ func (b *bench) measureMemory(services int) error {
 	p := memPoint{services: services, rss: rss, heap: heap, goroutines: gor}
 	b.mem = append(b.mem, p)
 	label := fmt.Sprintf("%s x %d", formatValue(float64(services)), b.opts.endpoints)
-	b.res.add("memory", label+": fleetsync RSS", math.Round(rss/mib*10)/10, "MiB", "VmRSS, target < 512 MiB at 10,000 x 10")
+	b.res.add("memory", label+": fleetsync RSS", math.Round(rss/mib*10)/10, "MiB", "VmRSS, target < 256 MiB idle at 10,000 x 10")
 	b.res.add("memory", label+": Go heap in use", math.Round(heap/mib*10)/10, "MiB", "go_memstats_heap_inuse_bytes")
 	b.res.add("memory", label+": goroutine stacks", math.Round(stacks/mib*10)/10, "MiB", fmt.Sprintf("%.0f goroutines", gor))
 	b.res.add("memory", label+": free heap kept by the Go runtime", math.Round(retained/mib*10)/10, "MiB", "heap idle - released: counted in RSS, not in use")
@@ -327,13 +327,13 @@ func (b *bench) memoryLarge() error {
 	}
 	label := fmt.Sprintf("%s x %d", formatValue(float64(n)), b.opts.endpoints)
 	b.recordCold(r, label)
-	if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
-		return err
-	}
 	if err := b.measureIdle(label, min(b.opts.idle, 30*time.Second)); err != nil {
 		return err
 	}
 	if err := b.measureMemory(n); err != nil {
+		return err
+	}
+	if err := b.limitAfter(label, svcPrefix, r, ""); err != nil {
 		return err
 	}
 	if len(b.mem) < 2 {
@@ -348,7 +348,7 @@ func (b *bench) memoryLarge() error {
 	b.res.add("memory", "fixed RSS (intercept at 0 Services)", math.Round((lo.rss-perRSS*float64(lo.services))/mib*10)/10, "MiB", "")
 	proj := hi.rss + perRSS*float64(10000-hi.services)
 	b.res.add("memory", fmt.Sprintf("projected RSS at 10,000 Services x %d (linear)", b.opts.endpoints), math.Round(proj/mib), "MiB",
-		"from the two points above; the DESIGN target is < 512 MiB at 10,000 x 10")
+		"from the two points above; the DESIGN target is < 256 MiB at 10,000 x 10")
 	return nil
 }
 
@@ -391,7 +391,7 @@ func (b *bench) restart() error {
 		return err
 	}
 	spawned := time.Now()
-	profiled := b.cpuProfile(d, "restart", 5)
+	profiled := b.cpuProfile(d, "restart", 15)
 	defer profiled()
 	readyAt, err := waitReady(b.ctx, d, 5*time.Minute)
 	if err != nil {

@@ -188,8 +188,15 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 	return time.Since(start), len(txns), err
 }
 
-// keepSnapshot reads what a cold start wrote, for the limit scenario.
-func (b *bench) keepSnapshot(label, prefix string, r coldResult) error {
+// limitAfter measures Consul's limit for what the cold start r left in
+// Consul, right after it (so both see the same machine): the cold start's
+// instances are read back, the daemon is stopped, a fresh Consul gets the
+// same instances from raw transactions, and the ratio is printed. With a
+// daemon name, a daemon of that name over namespaces is then started over
+// the limit's entries: as they are exactly what it wrote, that costs no
+// catalog write (printed, target 0), and it runs on for the next
+// scenarios.
+func (b *bench) limitAfter(label, prefix string, r coldResult, name string, namespaces ...string) error {
 	if !b.opts.has("limit") {
 		return nil
 	}
@@ -201,70 +208,97 @@ func (b *bench) keepSnapshot(label, prefix string, r coldResult) error {
 		return fmt.Errorf("snapshot of %s: %d instances, not %d", label, s.instances, r.services*r.endpoints)
 	}
 	s.label, s.prefix, s.cold = label, prefix, r
-	b.snaps = append(b.snaps, s)
+	b.stopDaemon()
+	b.logf("limit: %s, the same %d instances on the same %d nodes into a fresh Consul", label, s.instances, len(s.nodes))
+	if err := b.limitOf(s); err != nil {
+		return err
+	}
+	b.limited = true
+	if name == "" {
+		return nil
+	}
+	base, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	d, err := b.startDaemon(name, namespaces)
+	if err != nil {
+		return err
+	}
+	if _, err := waitReady(b.ctx, d, 10*time.Minute); err != nil {
+		return err
+	}
+	if _, err := b.quietApplies(5 * time.Second); err != nil {
+		return err
+	}
+	after, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	b.res.add("limit", label+": fleetsync started over the limit's entries: catalog writes", after.minus(base).txn, "transactions",
+		"target 0: the limit wrote exactly what fleetsync writes")
+	b.converged = true
 	return nil
 }
 
-// limit replays every cold start of this run into a fresh Consul with raw
-// transactions and prints fleetsync's cold start as a ratio of it.
+// limitOf writes s into a fresh Consul and records the figures.
+func (b *bench) limitOf(s catalogSnapshot) error {
+	if err := b.restartConsul(); err != nil {
+		return err
+	}
+	base, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	took, sent, err := b.writeLimit(s, limitInflight)
+	if err != nil {
+		return err
+	}
+	if _, err := b.quietApplies(2 * time.Second); err != nil {
+		return err
+	}
+	after, err := b.consulWrites()
+	if err != nil {
+		return err
+	}
+	_, total, err := b.nodeState(s.prefix)
+	if err != nil {
+		return err
+	}
+	if total != s.instances {
+		return fmt.Errorf("limit %s: %d of %d instances in Consul after the writes", s.label, total, s.instances)
+	}
+	w := after.minus(base)
+	inst := float64(s.instances)
+	sc := "limit"
+	b.res.add(sc, fmt.Sprintf("%s: limit, time to all %s instances", s.label, formatValue(inst)), secs(took), "s",
+		fmt.Sprintf("%d transactions over %d nodes, %d in flight", sent, len(s.nodes), limitInflight))
+	b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/took.Seconds()), "instances/s", "")
+	b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
+	b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(took.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
+		fmt.Sprintf("limit %.2f s / fleetsync %.2f s (spawn to all seen); target >= 0.8", took.Seconds(), s.cold.toAll.Seconds()))
+	return nil
+}
+
+// limit runs a cold start of its own and its limit, when no other
+// scenario's cold start was measured against the limit in this run.
 func (b *bench) limit() error {
-	fmt.Printf("\n== limit: the same instances written straight into a fresh Consul (raw /v1/txn, fleetsync's shape and node layout, %d in flight)\n", limitInflight)
-	if len(b.snaps) == 0 {
-		// Run alone: a cold start of its own first.
-		b.stopDaemon()
-		if err := b.restartConsul(); err != nil {
-			return err
-		}
-		if err := b.populate(b.opts.services, b.opts.endpoints); err != nil {
-			return err
-		}
-		r, err := b.coldRun("fleetsync", []string{benchNS, rolloutNS}, svcPrefix, b.opts.services, b.opts.endpoints)
-		if err != nil {
-			return err
-		}
-		label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
-		b.recordCold(r, label)
-		if err := b.keepSnapshot(label, svcPrefix, r); err != nil {
-			return err
-		}
+	if b.limited {
+		return nil
 	}
+	fmt.Printf("\n== limit: a cold start, then the same instances written straight into a fresh Consul (raw /v1/txn, fleetsync's shape and node layout, %d in flight)\n", limitInflight)
 	b.stopDaemon()
-	for _, s := range b.snaps {
-		if err := b.restartConsul(); err != nil {
-			return err
-		}
-		base, err := b.consulWrites()
-		if err != nil {
-			return err
-		}
-		took, sent, err := b.writeLimit(s, limitInflight)
-		if err != nil {
-			return err
-		}
-		if _, err := b.quietApplies(2 * time.Second); err != nil {
-			return err
-		}
-		after, err := b.consulWrites()
-		if err != nil {
-			return err
-		}
-		_, total, err := b.nodeState(s.prefix)
-		if err != nil {
-			return err
-		}
-		if total != s.instances {
-			return fmt.Errorf("limit %s: %d of %d instances in Consul after the writes", s.label, total, s.instances)
-		}
-		w := after.minus(base)
-		inst := float64(s.instances)
-		sc := "limit"
-		b.res.add(sc, fmt.Sprintf("%s: limit, time to all %s instances", s.label, formatValue(inst)), secs(took), "s",
-			fmt.Sprintf("%d transactions over %d nodes, %d in flight", sent, len(s.nodes), limitInflight))
-		b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/took.Seconds()), "instances/s", "")
-		b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
-		b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(took.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
-			fmt.Sprintf("limit %.2f s / fleetsync %.2f s (spawn to all seen); target >= 0.8", took.Seconds(), s.cold.toAll.Seconds()))
+	if err := b.restartConsul(); err != nil {
+		return err
 	}
-	b.snaps = nil
-	return b.restartConsul()
+	if err := b.populate(b.opts.services, b.opts.endpoints); err != nil {
+		return err
+	}
+	r, err := b.coldRun("fleetsync", []string{benchNS, rolloutNS}, svcPrefix, b.opts.services, b.opts.endpoints)
+	if err != nil {
+		return err
+	}
+	label := fmt.Sprintf("%s x %d", formatValue(float64(r.services)), r.endpoints)
+	b.recordCold(r, label)
+	return b.limitAfter(label, svcPrefix, r, "fleetsync", benchNS, rolloutNS)
 }
