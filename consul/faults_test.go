@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -434,5 +435,46 @@ func TestClaimKeyThatIsNotAClaimStopsWrites(t *testing.T) {
 	}
 	if _, err := cl.Op(); !errors.Is(err, ErrClaimLost) {
 		t.Fatalf("Op after the claim was garbled: %v", err)
+	}
+}
+
+// lostAnswerAPI commits a transaction and then loses Consul's answer, as a
+// connection cut after the commit does.
+type lostAnswerAPI struct {
+	catalogAPI
+	lose *atomic.Bool
+}
+
+func (l lostAnswerAPI) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
+	ok, resp, meta, err := l.catalogAPI.Txn(ops, q)
+	if l.lose.Load() && err == nil {
+		return false, nil, nil, errors.New("read tcp 127.0.0.1:8500: connection reset by peer")
+	}
+	return ok, resp, meta, err
+}
+
+// TestUnansweredWriteWitnessesNothing: a delete that committed without an
+// answer retires its entry's witness, or the next check would read the
+// entry gone and take it for a loss (the reviewer's finding).
+func TestUnansweredWriteWitnessesNothing(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "lostanswer"}
+	lose := &atomic.Bool{}
+	c := newClient(lostAnswerAPI{catalogAPI: apiAdapter{a.Client}, lose: lose}, owner, Options{})
+	in := owner.instance(0, "la")
+	applied, err := c.Apply(ctx, Change{Register: []Instance{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := c.Witnesses(); len(ws) != 1 || ws[0].ID != in.ID {
+		t.Fatalf("witnesses %+v, want %s", ws, in.ID)
+	}
+	lose.Store(true)
+	if _, err := c.Apply(ctx, Change{Deregister: []Registered{applied.Written[0]}}); err == nil {
+		t.Fatal("the delete got an answer")
+	}
+	if ws := c.Witnesses(); len(ws) != 0 {
+		t.Fatalf("witnesses after an unanswered delete: %+v", ws)
 	}
 }

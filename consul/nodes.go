@@ -99,9 +99,10 @@ const (
 )
 
 // witnessed records a committed write of an entry (index > 0), or our own
-// delete of it (index 0): a deleted or rewritten entry is no witness. One
-// write per witnessEvery is kept, for witnessFor: a restore of a snapshot
-// of any age up to that undoes at least one of them.
+// delete of it (index 0): a deleted or rewritten entry is no witness. About
+// one write per witnessEvery is kept, and the newest, for witnessFor: a
+// restore of a snapshot of any age up to that undoes at least one of them,
+// and so does a crash that loses the last writes.
 func (r *nodeRegistry) witnessed(w Witness) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -109,10 +110,33 @@ func (r *nodeRegistry) witnessed(w Witness) {
 	if w.Index == 0 {
 		return
 	}
-	if n := len(r.witnesses); n > 0 && w.At.Sub(r.witnesses[n-1].At) < witnessEvery {
+	// The newest write is always a witness (a crash loses the last writes
+	// first); it replaces the newest one kept when both fall within
+	// witnessEvery of the one before.
+	if n := len(r.witnesses); n > 1 && w.At.Sub(r.witnesses[n-2].At) < witnessEvery {
+		r.witnesses[n-1] = w
 		return
 	}
 	r.witnesses = append(r.witnesses, w)
+}
+
+// unwitness retires the witness of entry id, if any.
+func (r *nodeRegistry) unwitness(id string) {
+	if id == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == id })
+}
+
+// ForgetWitnesses retires the witnesses of the entries whose ID starts
+// with prefix: a Service this process no longer syncs (another replica
+// took it over, or it is gone) may be rewritten or deleted by others.
+func (c *Client) ForgetWitnesses(prefix string) {
+	c.nodes.mu.Lock()
+	defer c.nodes.mu.Unlock()
+	c.nodes.witnesses = slices.DeleteFunc(c.nodes.witnesses, func(o Witness) bool { return strings.HasPrefix(o.ID, prefix) })
 }
 
 // Witnesses returns the standing witnesses, oldest first (none since the

@@ -95,9 +95,15 @@ func TestWitnesses(t *testing.T) {
 	if _, err := c.Apply(ctx, Change{Register: []Instance{second}}); err != nil {
 		t.Fatal(err)
 	}
+	third := owner.instance(2, "wit")
+	if _, err := c.Apply(ctx, Change{Register: []Instance{third}}); err != nil {
+		t.Fatal(err)
+	}
+	// The first write, and the newest: the second, within witnessEvery of
+	// the first, was replaced by the third.
 	ws := c.Witnesses()
-	if len(ws) != 1 || ws[0].ID != first.ID || ws[0].Name != "wit" || ws[0].Node != "k8s-witness" || ws[0].Index != applied.Written[0].ServiceIndex {
-		t.Fatalf("witnesses %+v, want only %s at %d (the second write came within %s)", ws, first.ID, applied.Written[0].ServiceIndex, witnessEvery)
+	if len(ws) != 2 || ws[0].ID != first.ID || ws[0].Name != "wit" || ws[0].Node != "k8s-witness" || ws[0].Index != applied.Written[0].ServiceIndex || ws[1].ID != third.ID {
+		t.Fatalf("witnesses %+v, want %s at %d and %s (the writes came within %s)", ws, first.ID, applied.Written[0].ServiceIndex, third.ID, witnessEvery)
 	}
 	w := ws[0]
 	if i, found, err := c.ReadWitness(ctx, w); err != nil || !found || i != w.Index {
@@ -127,6 +133,11 @@ func TestWitnesses(t *testing.T) {
 	}
 	if c.IsWitness(w) || slices.ContainsFunc(c.Witnesses(), func(o Witness) bool { return o.ID == first.ID }) {
 		t.Fatalf("a deleted entry is still a witness: %+v", c.Witnesses())
+	}
+	// A Service this process stops syncing witnesses nothing.
+	c.ForgetWitnesses("witness-wit-")
+	if ws := c.Witnesses(); slices.ContainsFunc(ws, func(o Witness) bool { return o.ID == third.ID }) {
+		t.Fatalf("ForgetWitnesses left %+v", ws)
 	}
 	c.ResetCommitted()
 	if ws := c.Witnesses(); len(ws) != 0 {

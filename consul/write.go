@@ -31,6 +31,17 @@ type group struct {
 	have  *Registered // update and deregister
 }
 
+// id is the ID of the entry the group writes or deletes.
+func (g group) id() string {
+	if g.want.ID != "" {
+		return g.want.ID
+	}
+	if g.have != nil {
+		return g.have.ID
+	}
+	return ""
+}
+
 const (
 	kindRegister = iota
 	kindUpdate
@@ -65,6 +76,15 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 		n, nodes := c.pack(groups)
 		resp, err := c.commitGroups(ctx, groups[:n], nodes)
 		if err != nil {
+			var te *TxnError
+			if !errors.As(err, &te) {
+				// No answer: the transaction may have committed; its
+				// entries witness nothing any more (a delete that
+				// committed would read as a loss).
+				for _, g := range groups[:n] {
+					c.nodes.unwitness(g.id())
+				}
+			}
 			return done, err
 		}
 		done.Txns++

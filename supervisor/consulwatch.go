@@ -159,6 +159,9 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 type WitnessReader interface {
 	Witnesses() []consul.Witness // oldest first
 	IsWitness(consul.Witness) bool
+	// ForgetWitnesses retires those of a Service this process stops
+	// syncing (another replica may rewrite or delete its entries).
+	ForgetWitnesses(idPrefix string)
 	ReadWitness(ctx context.Context, w consul.Witness) (index uint64, found bool, err error)
 }
 
@@ -174,8 +177,7 @@ const maxWitnessAge = 5 * time.Minute
 // checkWitnesses reads the picked witnesses; one gone or older than
 // written (twice, and still standing: a delete or rewrite of ours
 // committing while it was read is no loss) is a finding.
-func checkWitnesses(ctx context.Context, wr WitnessReader, now time.Time) []finding {
-	ws := wr.Witnesses()
+func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) []finding {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -237,7 +239,8 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 	var d lossDetector
 	reported := map[string]bool{} // foreign nodes logged
 	first := true
-	failed := false // the last read got no answer
+	failed := false             // the last read got no answer
+	var frozen []consul.Witness // the witnesses when reads started failing
 	for {
 		var evidence string
 		if !first {
@@ -261,19 +264,19 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		// created and lost between two checks).
 		written := nw.CommittedNodes()
 		view, err := nw.ReadNodes(ctx)
+		wr, _ := s.opts.Store.(WitnessReader)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Debug("Cannot read the cluster's Consul nodes", "error", err)
 			}
+			if !failed && wr != nil {
+				// The writes just before the outage are those a crash
+				// loses first: check them once Consul answers, even if
+				// writes after it made newer witnesses.
+				frozen = wr.Witnesses()
+			}
 			failed = ctx.Err() == nil
 			continue // unreachable: the health probe reports it
-		}
-		if failed {
-			// Consul answers again: a worker whose flush failed while it
-			// was away retries now, not at the end of its backoff.
-			failed = false
-			n := s.retryAll()
-			s.log.Info("Consul answers again; workers backing off retry now", "workers", n)
 		}
 		s.foreignNodes(view.Foreign(), reported)
 		found := checkConsul(ctx, nw, &d, view, written)
@@ -282,11 +285,25 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 				found = d.checkKV(ix)
 			}
 		}
-		if wr, ok := s.opts.Store.(WitnessReader); ok && len(found) == 0 {
-			found = checkWitnesses(ctx, wr, s.opts.Clock.Now())
+		if wr != nil && len(found) == 0 {
+			now := s.opts.Clock.Now()
+			found = checkWitnesses(ctx, wr, wr.Witnesses(), now)
+			if len(found) == 0 && frozen != nil {
+				found = checkWitnesses(ctx, wr, frozen, now)
+			}
 		}
+		frozen = nil
 		if len(found) > 0 {
 			s.dataLost(ctx, nw, &d, found)
+		}
+		if failed {
+			// Consul answers again (checked for losses first, so that no
+			// retry writes before the check): a worker whose flush
+			// failed while it was away retries now, not at the end of
+			// its backoff.
+			failed = false
+			n := s.retryAll()
+			s.log.Info("Consul answers again; workers backing off retry now", "workers", n)
 		}
 	}
 }
@@ -349,9 +366,11 @@ func (s *Supervisor) repairAll(ctx context.Context) int {
 		e.w.Adopt(owned[key], start)
 		n++
 	}
-	for key, es := range owned {
+	for key := range owned {
 		if _, ok := s.workers[key]; !ok && s.ctx.Err() == nil && s.holds(key) {
-			if w := s.startLocked(key, es, true); w != nil {
+			// It reads its entries itself: the read above may predate a
+			// worker of the same Service that finished meanwhile.
+			if w := s.startLocked(key, nil, false); w != nil {
 				n++
 			}
 		}

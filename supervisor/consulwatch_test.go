@@ -476,6 +476,7 @@ type witnessStore struct {
 	entries map[string]uint64 // by ID; absent: gone
 	retired map[string]bool
 	wreads  []string
+	forgot  []string // ForgetWitnesses calls
 }
 
 func (s *witnessStore) Witnesses() []consul.Witness {
@@ -488,6 +489,12 @@ func (s *witnessStore) IsWitness(w consul.Witness) bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	return slices.Contains(s.ws, w) && !s.retired[w.ID]
+}
+
+func (s *witnessStore) ForgetWitnesses(prefix string) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.forgot = append(s.forgot, prefix)
 }
 
 func (s *witnessStore) ReadWitness(_ context.Context, w consul.Witness) (uint64, bool, error) {
@@ -623,5 +630,88 @@ func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
 	f.sup.lossSeen("service ns/web: 1 of 2 entries gone")
 	f.waitFor(t, "web's two instances, nothing else", func() bool {
 		return f.store.count("") == 2 && f.store.count(f.cluster.IDPrefix("ns", "web")) == 2 && f.store.count(old.ID) == 0
+	})
+}
+
+// outageStore is a witnessStore whose node reads fail while down.
+type outageStore struct {
+	*witnessStore
+	down atomic.Bool
+}
+
+func (s *outageStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
+	if s.down.Load() {
+		select {
+		case s.nodeReads <- struct{}{}:
+		default:
+		}
+		return consul.NodesView{}, errRefused
+	}
+	return s.witnessStore.ReadNodes(ctx)
+}
+
+// TestWritesBeforeAnOutageAreChecked: the witnesses standing when Consul
+// stopped answering are checked once it answers again, so a crash that
+// lost the last writes is seen even when a write after it is the newest
+// witness and is there (the soak: a kill -9 of every server lost the last
+// writes and the loss went unseen for 45s).
+func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
+	w := newFakeWatcher()
+	key := k8s.Key{Namespace: "ns", Name: "s0"}
+	w.services[key] = service("ns", "s0", "10.1.0.1")
+	close(w.synced)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := &outageStore{witnessStore: &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
+		entries: map[string]uint64{}, retired: map[string]bool{}}}
+	store.set(nodeView(ours("k8s-test", 5)), 40)
+	hooks := &lossHooks{}
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+	})
+	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
+	check := func() {
+		t.Helper()
+		f.waitFor(t, "the check's timer", clk.HasWaiters)
+		clk.Step(time.Second)
+		select {
+		case <-store.nodeReads:
+		case <-time.After(10 * time.Second): // failsafe, never reached when right
+			t.Fatal("the watch did not read the nodes")
+		}
+	}
+	<-store.nodeReads // the first check, at bootstrap
+	x := consul.Witness{Node: "k8s-test", ID: "x", Name: "s0", Index: 70, At: clk.Now().Add(2 * time.Second)}
+	store.edit(func(s *witnessStore) { s.ws, s.entries["x"] = []consul.Witness{x}, 70 })
+	store.down.Store(true)
+	check() // no answer
+	y := consul.Witness{Node: "k8s-test", ID: "y", Name: "s0", Index: 90, At: clk.Now().Add(3 * time.Second)}
+	store.edit(func(s *witnessStore) {
+		delete(s.entries, "x") // lost by the crash
+		s.ws, s.entries["y"] = []consul.Witness{x, y}, 90
+	})
+	store.down.Store(false)
+	check()
+	f.waitFor(t, "the loss seen", func() bool { sig, _ := hooks.got(); return slices.Equal(sig, []string{SignalEntryLost}) })
+}
+
+// TestStoppedWorkerWitnessesNothing: a worker that ends (its Service gone,
+// or handed to another replica) retires its Service's witnesses, which
+// others may now rewrite or delete (the reviewer's finding: a replica that
+// took a Service over deleting an instance looked like a loss to the one
+// that wrote it).
+func TestStoppedWorkerWitnessesNothing(t *testing.T) {
+	w := newFakeWatcher()
+	key := k8s.Key{Namespace: "ns", Name: "s0"}
+	w.services[key] = service("ns", "s0", "10.1.0.1")
+	close(w.synced)
+	store := &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
+		entries: map[string]uint64{}, retired: map[string]bool{}}
+	f := startWith(t, w, store, nil)
+	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
+	w.set(key, nil)
+	f.waitFor(t, "the worker finished and retired its witnesses", func() bool {
+		var got bool
+		store.edit(func(s *witnessStore) { got = slices.Contains(s.forgot, f.cluster.IDPrefix("ns", "s0")) })
+		return got && f.sup.Len() == 0
 	})
 }

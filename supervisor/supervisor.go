@@ -52,12 +52,12 @@ type Options struct {
 	// still in Consul (0: never); when it vanished while we have instances,
 	// Consul lost its data and every worker resyncs at once.
 	NodeCheckInterval time.Duration
-	// StateKey is a Consul KV key (the cluster-id claim's) whose index the
-	// node check also reads, when the Store can (KVIndexReader): the KV
-	// index moves only on KV writes, rare in most Consuls, so a snapshot
-	// restore shows as that index going back even when catalog writes
-	// right after the restore raised the nodes' indexes past their old
-	// values. "": not read.
+	// StateKey is a Consul KV key nobody writes, read by the node check
+	// when the Store can (KVIndexReader): Consul answers a missing key
+	// with the KV table's index, which moves only on KV writes (rare in
+	// most Consuls), so a snapshot restore shows as that index going back
+	// even when catalog writes right after the restore raised the nodes'
+	// indexes past their old values. "": not read.
 	StateKey string
 	// ObserverFor returns the metrics observer of one worker; nil: none.
 	ObserverFor func(key k8s.Key) worker.Observer
@@ -441,6 +441,11 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	defer s.wg.Done()
 	defer close(e.done)
 	defer e.cancel(nil)
+	if wr, ok := s.opts.Store.(WitnessReader); ok {
+		// Stopped, handed over or finished: its entries are someone
+		// else's business now, and witness nothing of this process.
+		defer wr.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
+	}
 	for {
 		err := safeRun(ctx, e.w)
 		if ctx.Err() != nil {

@@ -170,6 +170,8 @@ func memOf(s Store) *memStore {
 		return s.memStore
 	case *witnessStore:
 		return s.memStore
+	case *outageStore:
+		return s.memStore
 	}
 	panic("unknown store")
 }

@@ -98,7 +98,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,
 		NodeCheckInterval: cfg.NodeCheck,
-		StateKey:          strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID,
+		// A key nobody writes: Consul answers a read of a missing key
+		// with the whole KV table's index (an existing key's is its own).
+		StateKey: strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID + ".index-probe",
 	})
 	if err := sup.Selector().Validate(); err != nil {
 		return err

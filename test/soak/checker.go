@@ -47,6 +47,7 @@ type planted struct {
 	ModifyIndex uint64
 	Fault       int // the fault record that planted it (-1: planted at start)
 	Removed     bool
+	At          time.Time                      // when it was planted (re-planted)
 	reg         *consulapi.CatalogRegistration // how it was written
 }
 
@@ -199,6 +200,7 @@ func (c *checker) excuse(k key, from, to time.Time) (kinds []string, until time.
 func (c *checker) plant(p *planted) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	p.At = time.Now()
 	c.planted = append(c.planted, p)
 }
 
@@ -396,8 +398,8 @@ func (c *checker) sample(ctx context.Context) {
 	// (a) planted entries untouched.
 	if gen == c.plantGen && gen%2 == 0 {
 		for _, p := range c.planted {
-			if p.Removed {
-				continue
+			if p.Removed || !p.At.Before(r.At) {
+				continue // planted after this reading began: it may predate it
 			}
 			var idx uint64
 			var ok bool
@@ -590,7 +592,7 @@ func (c *checker) rebase(ctx context.Context, replant func(ctx context.Context, 
 	for _, p := range c.planted {
 		for i, q := range ps {
 			if p.Node == q.Node && p.ID == q.ID && !p.Removed && idx[i] != 0 {
-				p.ModifyIndex = idx[i]
+				p.ModifyIndex, p.At = idx[i], time.Now()
 			}
 		}
 	}

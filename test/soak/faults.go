@@ -374,9 +374,14 @@ func (w *world) oldSnapshot(age time.Duration) ([]byte, time.Duration) {
 // restore restores snap (as `consul snapshot restore` does), then puts
 // the planted entries back as they were (the restore took them back in
 // time too) and removes tampered entries it brought back.
-func (w *world) restore(ctx context.Context, snap []byte) error {
+func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	w.chk.pausePlanted()
-	var err error
+	rebased := false
+	defer func() { // the planted-entry check resumes whatever happens
+		if !rebased {
+			_ = w.chk.rebase(ctx, w.replant)
+		}
+	}()
 	for try := 0; try < 10; try++ {
 		var cl *consulapi.Client
 		if cl, err = w.consulClient(); err == nil {
@@ -390,7 +395,6 @@ func (w *world) restore(ctx context.Context, snap []byte) error {
 		sleep(ctx, time.Second)
 	}
 	if err != nil {
-		_ = w.chk.rebase(ctx, w.replant)
 		return fmt.Errorf("snapshot restore: %w", err)
 	}
 	if _, err := w.consul.Leader(ctx); err != nil {
@@ -404,6 +408,7 @@ func (w *world) restore(ctx context.Context, snap []byte) error {
 			return err
 		}
 	}
+	rebased = true
 	return w.chk.rebase(ctx, w.replant)
 }
 
