@@ -30,6 +30,10 @@ func ValidateClusterID(id string) error {
 	return nil
 }
 
+// BrokenBuild reports whether this binary is the soak's deliberately
+// broken build (-tags fleetsync_broken_mark); the daemon says so at start.
+func BrokenBuild() bool { return brokenMark }
+
 // Cluster is one Kubernetes cluster's identity in Consul. The zero value is
 // not usable; build one with New.
 type Cluster struct {
