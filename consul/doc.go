@@ -21,3 +21,7 @@
 //
 // A Client is safe for concurrent use.
 package consul
+
+// BrokenBuild reports whether this binary is the soak's deliberately broken
+// build (-tags fleetsync_broken_nodelete); the daemon says so at start.
+func BrokenBuild() bool { return brokenNoDelete }

@@ -30,10 +30,6 @@ func ValidateClusterID(id string) error {
 	return nil
 }
 
-// BrokenBuild reports whether this binary is the soak's deliberately
-// broken build (-tags fleetsync_broken_mark); the daemon says so at start.
-func BrokenBuild() bool { return brokenMark }
-
 // Cluster is one Kubernetes cluster's identity in Consul. The zero value is
 // not usable; build one with New.
 type Cluster struct {
@@ -254,7 +250,7 @@ func (c Cluster) Owns(r consul.Registered) error {
 	if !c.IsNode(r.Node) {
 		return fmt.Errorf("instance %q is on node %q, not on a node of cluster %q (%s or %s.<n>)", r.ID, r.Node, c.id, c.NodeName(), c.NodeName())
 	}
-	if err := c.Stamped(r.Instance); err != nil && !brokenMark {
+	if err := c.Stamped(r.Instance); err != nil {
 		return fmt.Errorf("entry not owned: %w", err)
 	}
 	return nil

@@ -122,8 +122,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{Handler: newMux(sup, reg, ready, cfg), ReadHeaderTimeout: 10 * time.Second}
-	if ownership.BrokenBuild() {
-		log.Error("THIS IS A DELIBERATELY BROKEN TEST BUILD (-tags fleetsync_broken_mark): it overwrites entries it does not own; never run it against a real Consul")
+	if consul.BrokenBuild() {
+		log.Error("THIS IS A DELIBERATELY BROKEN TEST BUILD (-tags fleetsync_broken_nodelete): it never deletes an instance; never run it against a real Consul")
 	}
 	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.servers.Addresses(), ","), "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
 		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", ccfg.Datacenter, "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,

@@ -5,9 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 )
 
 func skipShort(t *testing.T) {
@@ -22,7 +20,18 @@ func skipShort(t *testing.T) {
 // on three Consul servers; no invariant may break.
 func TestSoakQuick(t *testing.T) {
 	skipShort(t)
-	o, err := parse([]string{"--quick", "--duration=100s", "--out=" + t.TempDir()})
+	out, err := os.MkdirTemp("", "soak-quick-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("result.json, timeline.png and the daemons' logs kept in %s", out)
+			return
+		}
+		_ = os.RemoveAll(out)
+	})
+	o, err := parse([]string{"--quick", "--duration=100s", "--out=" + out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +61,9 @@ func TestSoakQuick(t *testing.T) {
 }
 
 // TestCheckerCatchesBrokenBuild: the checker is able to fail. A fleetsync
-// built to take any entry on its node for its own (-tags
-// fleetsync_broken_mark) overwrites a tampered entry, and the checker
-// reports it; the same run with the real build reports nothing.
+// built to never deregister (-tags fleetsync_broken_nodelete) leaves the
+// instances of endpoints that went away in Consul, and the checker reports
+// them stale past the bound; the real build, same churn, reports nothing.
 func TestCheckerCatchesBrokenBuild(t *testing.T) {
 	skipShort(t)
 	for _, tc := range []struct {
@@ -63,28 +72,25 @@ func TestCheckerCatchesBrokenBuild(t *testing.T) {
 		broken bool
 	}{
 		{"real build", "", false},
-		{"broken build", "fleetsync_broken_mark", true},
+		{"broken build", "fleetsync_broken_nodelete", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parse([]string{"--services=20", "--services-beta=0", "--replicas=1", "--shards=1", "--consul-servers=1",
-				"--duration=25s", "--faults=tampered-entry", "--idle=3s", "--tags=" + tc.tags, "--out=" + t.TempDir(), "--seed=3"})
+				"--duration=25s", "--faults=", "--bound=10s", "--converge=20s", "--idle=3s", "--tags=" + tc.tags, "--out=" + t.TempDir(), "--seed=3"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			o.gapMin, o.gapMax, o.holdMin, o.holdMax = time.Second, 2*time.Second, 4*time.Second, 5*time.Second
 			res, err := run(context.Background(), o, t.Output())
 			if err != nil {
 				t.Fatalf("harness: %v", err)
 			}
-			if res.Faults["tampered-entry"] == 0 {
-				t.Fatal("no entry was tampered with")
+			if res.Changes == 0 {
+				t.Fatal("no churn")
 			}
-			caught := slices.ContainsFunc(res.Violations, func(v violation) bool {
-				return v.Rule == "foreign-untouched" && strings.Contains(v.Detail, "tampered entry") && strings.Contains(v.Detail, "modified")
-			})
+			caught := slices.ContainsFunc(res.Violations, func(v violation) bool { return v.Rule == "instance-stale" || v.Rule == "converge" })
 			switch {
 			case tc.broken && !caught:
-				t.Fatalf("the broken build overwrote nothing the checker saw; violations: %+v", res.Violations)
+				t.Fatalf("the broken build left nothing stale the checker saw; violations: %+v", res.Violations)
 			case !tc.broken && len(res.Violations) > 0:
 				t.Fatalf("the real build broke invariants: %+v", res.Violations)
 			}
