@@ -175,12 +175,6 @@ func (s *watchStore) set(v consul.NodesView, index uint64) {
 	s.view, s.index = v, index
 }
 
-func (s *watchStore) readCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reads
-}
-
 type lossHooks struct {
 	nopHooks
 	mu      sync.Mutex

@@ -137,12 +137,6 @@ func parse(args []string) (options, error) {
 	return o, nil
 }
 
-func isSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 func main() {
 	o, err := parse(os.Args[1:])
 	if err != nil {

@@ -255,7 +255,7 @@ func (w *world) waitExact(ctx context.Context, timeout time.Duration) error {
 					}
 				}
 			}
-			return fmt.Errorf("Consul not equal to Kubernetes after %s (last sample: %d missing, %d stale)", timeout, miss, extra)
+			return fmt.Errorf("consul not equal to kubernetes after %s (last sample: %d missing, %d stale)", timeout, miss, extra)
 		}
 		sleep(ctx, 100*time.Millisecond)
 		if ctx.Err() != nil {

@@ -40,7 +40,6 @@ type replica struct {
 	txns    atomic.Int64
 	stalled atomic.Bool
 	busy    atomic.Bool // a fault is stopping or restarting it
-	exited  bool        // reported as exited on its own (checker)
 
 	mu sync.Mutex
 	d  *fixture.Daemon
