@@ -172,6 +172,7 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 
 	// (c) exact again within the bound, (d) then idle.
 	if err := w.waitExact(ctx, o.converge); err != nil {
+		w.dumpGoroutines()
 		w.chk.mu.Lock()
 		w.chk.violate(time.Now(), "converge", "all", "catalog", "%v", err)
 		w.chk.mu.Unlock()

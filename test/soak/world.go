@@ -193,6 +193,24 @@ func (w *world) stop() {
 	fixture.RemoveBuild()
 }
 
+// dumpGoroutines saves every running daemon's goroutines (pprof, debug=2)
+// into the out dir: what a replica that stopped syncing is stuck in.
+func (w *world) dumpGoroutines() {
+	_ = os.MkdirAll(w.opts.out, 0o755)
+	for _, r := range w.allReplicas() {
+		d := r.daemon()
+		if d == nil || !d.Running() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code, body, err := d.Get(ctx, "/debug/pprof/goroutine?debug=2", "")
+		cancel()
+		if err == nil && code == http.StatusOK {
+			_ = os.WriteFile(filepath.Join(w.opts.out, "goroutines-"+r.id+".txt"), []byte(body), 0o644)
+		}
+	}
+}
+
 // races returns the race detector's reports from every daemon (a -race
 // run builds -race daemons).
 func (w *world) races() []string {
@@ -215,12 +233,12 @@ func newWorld(ctx context.Context, opts options, logw io.Writer) *world {
 	a := &cluster{id: "alpha", ns: "soak-alpha"}
 	for i := range opts.replicas {
 		a.replicas = append(a.replicas, &replica{id: "alpha-" + strconv.Itoa(i), cluster: a,
-			args: []string{"--log-level=info", "--shards=" + strconv.Itoa(opts.shards), "--lease-namespace=soak-leases", "--replica-id=alpha-" + strconv.Itoa(i)}})
+			args: []string{"--log-level=info", "--enable-pprof", "--shards=" + strconv.Itoa(opts.shards), "--lease-namespace=soak-leases", "--replica-id=alpha-" + strconv.Itoa(i)}})
 	}
 	w.clusters = append(w.clusters, a)
 	if opts.servicesB > 0 {
 		b := &cluster{id: "beta", ns: "soak-beta"}
-		b.replicas = []*replica{{id: "beta-0", cluster: b, args: []string{"--log-level=info"}}}
+		b.replicas = []*replica{{id: "beta-0", cluster: b, args: []string{"--log-level=info", "--enable-pprof"}}}
 		w.clusters = append(w.clusters, b)
 	}
 	return w
