@@ -288,9 +288,20 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 	}
 	w.tampered = append(w.tampered, tamperRec{e.Node, e.ID})
 	w.chk.plant(&planted{What: "tampered entry " + k.String(), Node: e.Node, ID: e.ID, ModifyIndex: idx, Fault: id, reg: reg})
+	// The Service must change while the entry is someone else's, so that
+	// its worker finds out (a CAS conflict). Retried while the apiserver
+	// is away: without it, removing the entry later would be plain drift,
+	// which fleetsync repairs at its anti-entropy pass, not within the bound.
 	svc := strings.TrimSuffix(k.Name, "-alt")
-	if err := a.model.touch(ctx, svc); err != nil {
-		w.logf("tamper: touching %s: %v", svc, err)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		err := a.model.touch(context.WithoutCancel(ctx), svc)
+		if err == nil || time.Now().After(deadline) || strings.Contains(err.Error(), "no Service") {
+			if err != nil {
+				w.logf("tamper: touching %s: %v", svc, err)
+			}
+			break
+		}
+		sleep(context.WithoutCancel(ctx), 500*time.Millisecond)
 	}
 	sleep(ctx, hold)
 	w.chk.unplant(id)
