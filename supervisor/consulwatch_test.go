@@ -175,6 +175,25 @@ func (s *watchStore) set(v consul.NodesView, index uint64) {
 	s.view, s.index = v, index
 }
 
+// awaitNodeRead waits for the watch's next node read.
+func awaitNodeRead(t *testing.T, reads <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-reads:
+	case <-time.After(10 * time.Second): // failsafe, never reached when right
+		t.Fatal("the watch did not read the nodes")
+	}
+}
+
+// stepToNextCheck waits for the check's timer, moves the clock one second
+// and waits for the node read it makes.
+func stepToNextCheck(t *testing.T, f *fixture, clk *clocktesting.FakeClock, reads <-chan struct{}) {
+	t.Helper()
+	f.waitFor(t, "the check's timer", clk.HasWaiters)
+	clk.Step(time.Second)
+	awaitNodeRead(t, reads)
+}
+
 type lossHooks struct {
 	nopHooks
 	mu      sync.Mutex
@@ -213,22 +232,10 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 		s.opts.Worker.Cluster, _ = s.opts.Worker.Cluster.WithNodes(4) // k8s-test.3 is in use
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
-	nodeRead := func() {
-		t.Helper()
-		select {
-		case <-store.nodeReads:
-		case <-time.After(10 * time.Second): // failsafe, never reached when right
-			t.Fatal("the watch did not read the nodes")
-		}
-	}
-	check := func() { // one check: the watch reads the nodes
-		t.Helper()
-		f.waitFor(t, "the check's timer", clk.HasWaiters)
-		clk.Step(time.Second)
-		nodeRead()
-	}
-	nodeRead()       // the first check, at bootstrap
-	loseOne(f.store) // what the loss took: repaired once it is seen
+	nodeRead := func() { t.Helper(); awaitNodeRead(t, store.nodeReads) }
+	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) } // one check: the watch reads the nodes
+	nodeRead()                                                                  // the first check, at bootstrap
+	loseOne(f.store)                                                            // what the loss took: repaired once it is seen
 
 	store.set(nodeView(ours("k8s-test", 9)), 12) // Consul restarted empty; a write re-created the node
 	check()
@@ -362,14 +369,20 @@ func (s *downStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied
 }
 
 func (s *downStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
-	if s.down.Load() {
-		select {
-		case s.nodeReads <- struct{}{}:
-		default:
-		}
-		return consul.NodesView{}, errRefused
+	return readNodesUnlessDown(ctx, &s.down, s.nodeReads, s.watchStore.ReadNodes)
+}
+
+// readNodesUnlessDown is a node read that, while down, fails as an
+// unreachable Consul does (and still signals the read).
+func readNodesUnlessDown(ctx context.Context, down *atomic.Bool, reads chan struct{}, read func(context.Context) (consul.NodesView, error)) (consul.NodesView, error) {
+	if !down.Load() {
+		return read(ctx)
 	}
-	return s.watchStore.ReadNodes(ctx)
+	select {
+	case reads <- struct{}{}:
+	default:
+	}
+	return consul.NodesView{}, errRefused
 }
 
 // TestConsulBackEndsBackoffs: when the node check gets an answer again
@@ -438,16 +451,7 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test"
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
-	check := func() {
-		t.Helper()
-		f.waitFor(t, "the check's timer", clk.HasWaiters)
-		clk.Step(time.Second)
-		select {
-		case <-store.nodeReads:
-		case <-time.After(10 * time.Second): // failsafe, never reached when right
-			t.Fatal("the watch did not read the nodes")
-		}
-	}
+	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
 	<-store.nodeReads // the first check, at bootstrap
 	check()           // the KV index as before: nothing
 	loseOne(f.store)  // what the loss took: repaired once it is seen
@@ -533,16 +537,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
-	check := func() {
-		t.Helper()
-		f.waitFor(t, "the check's timer", clk.HasWaiters)
-		clk.Step(time.Second)
-		select {
-		case <-store.nodeReads:
-		case <-time.After(10 * time.Second): // failsafe, never reached when right
-			t.Fatal("the watch did not read the nodes")
-		}
-	}
+	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
 	<-store.nodeReads // the first check, at bootstrap
 	check()
 	// Our own delete of c committed while it was read: not a loss.
@@ -634,14 +629,7 @@ type outageStore struct {
 }
 
 func (s *outageStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
-	if s.down.Load() {
-		select {
-		case s.nodeReads <- struct{}{}:
-		default:
-		}
-		return consul.NodesView{}, errRefused
-	}
-	return s.witnessStore.ReadNodes(ctx)
+	return readNodesUnlessDown(ctx, &s.down, s.nodeReads, s.witnessStore.ReadNodes)
 }
 
 // TestWritesBeforeAnOutageAreChecked: the witnesses standing when Consul
@@ -663,16 +651,7 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
 	})
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
-	check := func() {
-		t.Helper()
-		f.waitFor(t, "the check's timer", clk.HasWaiters)
-		clk.Step(time.Second)
-		select {
-		case <-store.nodeReads:
-		case <-time.After(10 * time.Second): // failsafe, never reached when right
-			t.Fatal("the watch did not read the nodes")
-		}
-	}
+	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
 	<-store.nodeReads // the first check, at bootstrap
 	x := consul.Witness{Node: "k8s-test", ID: "x", Name: "s0", Index: 70, At: clk.Now().Add(2 * time.Second)}
 	store.edit(func(s *witnessStore) { s.ws, s.entries["x"] = []consul.Witness{x}, 70 })
