@@ -144,3 +144,31 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("witnesses survived ResetCommitted: %+v", ws)
 	}
 }
+
+// TestKVIndexOfAMissingKeyIsTheTables: the KV index read on a key nobody
+// writes moves with every KV write (Consul answers a missing key with the
+// whole table's index), which the loss detector's restore signal relies on.
+func TestKVIndexOfAMissingKeyIsTheTables(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	c := NewClient(a.Client, testOwner{id: "kvindex"}, Options{})
+	probe := "fleetsync/clusters/kvindex.index-probe"
+	before, err := c.KVIndex(ctx, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.KV().Put(&api.KVPair{Key: "someone/else/key", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	written, _, err := a.Client.KV().Get("someone/else/key", nil)
+	if err != nil || written == nil {
+		t.Fatalf("read back: %v", err)
+	}
+	after, err := c.KVIndex(ctx, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before || after < written.ModifyIndex {
+		t.Fatalf("KV index of the missing key %d -> %d after a write at %d elsewhere in KV: it does not follow the table", before, after, written.ModifyIndex)
+	}
+}
