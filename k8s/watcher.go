@@ -11,10 +11,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
-	networkinginformers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -71,26 +71,58 @@ func NewWatcherWith(client kubernetes.Interface, opts WatcherOptions) *Watcher {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	w := &Watcher{
-		log:    log,
-		resync: resync,
-		services: coreinformers.NewServiceInformer(client, metav1.NamespaceAll, resync,
-			cache.Indexers{}),
-		slices: discoveryinformers.NewEndpointSliceInformer(client, metav1.NamespaceAll, resync,
-			cache.Indexers{sliceServiceIndex: sliceIndexFunc, sliceNodeIndex: sliceNodeIndexFunc}),
-	}
+	w := &Watcher{log: log, resync: resync}
+	core, discovery := client.CoreV1(), client.DiscoveryV1()
+	w.services = w.informer(client, "Service", &corev1.Service{}, cache.Indexers{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Services(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Services(metav1.NamespaceAll).Watch(ctx, o)
+		})
+	w.slices = w.informer(client, "EndpointSlice", &discoveryv1.EndpointSlice{},
+		cache.Indexers{sliceServiceIndex: sliceIndexFunc, sliceNodeIndex: sliceNodeIndexFunc},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return discovery.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return discovery.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+		})
 	w.setup(w.services, "Service", w.serviceHandler(), stripForCache)
 	w.setup(w.slices, "EndpointSlice", w.sliceHandler(), stripForCache)
 	if opts.Nodes {
-		w.nodes = coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
+		w.nodes = w.informer(client, "Node", &corev1.Node{}, cache.Indexers{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Nodes().List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Nodes().Watch(ctx, o)
+			})
 		w.setup(w.nodes, "Node", w.nodeHandler(), stripNode)
 	}
 	if opts.Ingresses {
-		w.ingresses = networkinginformers.NewIngressInformer(client, metav1.NamespaceAll, resync,
-			cache.Indexers{ingressServiceIndex: ingressIndexFunc})
+		networking := client.NetworkingV1()
+		w.ingresses = w.informer(client, "Ingress", &networkingv1.Ingress{},
+			cache.Indexers{ingressServiceIndex: ingressIndexFunc},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return networking.Ingresses(metav1.NamespaceAll).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return networking.Ingresses(metav1.NamespaceAll).Watch(ctx, o)
+			})
 		w.setup(w.ingresses, "Ingress", w.ingressHandler(), stripForCache)
 	}
 	return w
+}
+
+// informer builds the shared informer of one kind over the whole cluster,
+// its list and watch made Patient, as client-go's generated informers do
+// otherwise (watch-list semantics included).
+func (w *Watcher) informer(client kubernetes.Interface, kind string, obj runtime.Object, indexers cache.Indexers,
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	lw := Patient(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}, kind, nil, w.log)
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
+		cache.SharedIndexInformerOptions{ResyncPeriod: w.resync, Indexers: indexers, ObjectDescription: kind})
 }
 
 // informers returns every informer the Watcher runs.

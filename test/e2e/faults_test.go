@@ -373,6 +373,33 @@ func TestAPIServerRestartLosesNothing(t *testing.T) {
 	figures(t, lost, foreign, writes, 0)
 }
 
+// TestChangeAfterAnAPIServerOutageIsPrompt: kube-apiserver stays away for
+// 20 s, then comes back; a change made once it answers reaches Consul within
+// a few seconds. client-go's reflector alone backs off 800 ms doubling to
+// 30 s (jitter 1.0) while its watch is refused, so its next try came up to
+// ~25 s after the API server was back (the soak's open finding); k8s.Patient
+// retries at most a second apart instead.
+func TestChangeAfterAnAPIServerOutageIsPrompt(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "outage", 2, 2, 140)
+	e.daemon()
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	must(t, kube.StopAPIServer())
+	// The fault itself: an outage long enough for the reflector's backoff
+	// to reach its 6.4-12.8 s step; nothing is awaited here.
+	time.Sleep(20 * time.Second)
+	must(t, kube.StartAPIServer(e.ctx))
+	back := time.Now()
+	ports := map[string]int32{"http": 80}
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[1], "after-outage", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(150, 0, 1))))
+	e.waitCount(consul.Client, len(keys)+1, 60*time.Second)
+	took := time.Since(back)
+	t.Logf("FIGURES %s: change after a 20 s API server outage in Consul %v after /readyz", t.Name(), took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("the change reached Consul %v after the API server was back, want < 5 s", took.Round(time.Millisecond))
+	}
+}
+
 // TestDuplicateClusterIDIsRefused: a fleetsync of another Kubernetes cluster
 // (a second API server) with the same cluster id refuses to start and names
 // both clusters; a second replica of the same cluster starts fine.

@@ -321,10 +321,25 @@ func (k *Kube) Stop() error {
 // the same flags, port and etcd, then waits for /readyz: clients see their
 // watches break and relist, as in a rolling apiserver update.
 func (k *Kube) RestartAPIServer(ctx context.Context) error {
-	old := k.APIServer
-	if err := old.Stop(); err != nil && !isExit(err) {
+	if err := k.StopAPIServer(); err != nil {
+		return err
+	}
+	return k.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after the
+// grace period); etcd keeps running. StartAPIServer brings it back.
+func (k *Kube) StopAPIServer() error {
+	if err := k.APIServer.Stop(); err != nil && !isExit(err) {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
+	return nil
+}
+
+// StartAPIServer starts the stopped kube-apiserver again with the same
+// flags, port and etcd, and waits for its /readyz.
+func (k *Kube) StartAPIServer(ctx context.Context) error {
+	old := k.APIServer
 	p, err := StartProcess(ctx, "kube-apiserver-restarted", old.Bin, old.Args, nil, k.Dir)
 	if err != nil {
 		return err
