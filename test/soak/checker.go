@@ -119,6 +119,7 @@ type checker struct {
 	samples     int
 	failedReads int
 	exactSince  time.Time // zero unless the last sample was exact
+	exactRead   time.Time // when the last exact sample began reading (zero unless exact)
 	longLogged  int       // long streaks logged (the first 20)
 }
 
@@ -476,8 +477,9 @@ func (c *checker) sample(ctx context.Context) {
 		if c.exactSince.IsZero() {
 			c.exactSince = now
 		}
+		c.exactRead = r.At
 	} else {
-		c.exactSince = time.Time{}
+		c.exactSince, c.exactRead = time.Time{}, time.Time{}
 	}
 	c.timeline = append(c.timeline, point{T: c.since(now), Missing: nMissing, Extra: nExtra, Desired: len(r.Desired), Txns: txns, OK: true})
 }
@@ -550,6 +552,15 @@ func (c *checker) exact() (bool, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.exactSince.IsZero(), c.exactSince
+}
+
+// exactAfter reports whether the last sample was exact and began reading
+// after t: a sample that began before a fault healed says nothing of what
+// the heal changed (removing a tampered entry, say).
+func (c *checker) exactAfter(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.exactSince.IsZero() && c.exactRead.After(t)
 }
 
 // lastReading is the last successful sample.

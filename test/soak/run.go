@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -89,7 +91,7 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 		}
 	}()
 	defer func() { stopSampling(); sampling.Wait() }()
-	if err := w.waitExact(ctx, 180*time.Second); err != nil {
+	if err := w.waitExact(ctx, time.Time{}, 180*time.Second); err != nil {
 		return nil, fmt.Errorf("cold start: %w", err)
 	}
 	res.ColdStartS = time.Since(t0).Seconds()
@@ -171,25 +173,32 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 	w.logf("churn and faults stopped; every fault healed")
 
 	// (c) exact again within the bound, (d) then idle.
-	if err := w.waitExact(ctx, o.converge); err != nil {
+	if err := w.waitExact(ctx, healed, o.converge); err != nil {
 		w.dumpGoroutines()
 		w.chk.mu.Lock()
 		w.chk.violate(time.Now(), "converge", "all", "catalog", "%v", err)
 		w.chk.mu.Unlock()
 	} else {
 		_, since := w.chk.exact()
-		res.TimeToExactS = since.Sub(healed).Seconds()
+		res.TimeToExactS = since.Sub(healed).Seconds() // since: the first exact sample of the streak
 		if res.TimeToExactS < 0 {
 			res.TimeToExactS = 0
 		}
 		w.logf("exact %.1fs after the last fault healed", res.TimeToExactS)
-		before := w.txns()
+		before, beforeBy := w.txns(), w.txnsBy()
 		idleStart := time.Now()
 		sleep(ctx, o.idle)
 		res.IdleTxns, res.IdleS = w.txns()-before, time.Since(idleStart).Seconds()
 		if res.IdleTxns != 0 {
+			var by []string
+			for id, n := range w.txnsBy() {
+				if d := n - beforeBy[id]; d != 0 {
+					by = append(by, fmt.Sprintf("%s %d", id, d))
+				}
+			}
+			slices.Sort(by)
 			w.chk.mu.Lock()
-			w.chk.violate(time.Now(), "idle-writes", "none", "catalog", "%d transaction(s) in %.0fs with nothing changing", res.IdleTxns, res.IdleS)
+			w.chk.violate(time.Now(), "idle-writes", "none", "catalog", "%d transaction(s) in %.0fs with nothing changing (%s)", res.IdleTxns, res.IdleS, strings.Join(by, ", "))
 			w.chk.mu.Unlock()
 		}
 		if ok, _ := w.chk.exact(); !ok {
@@ -234,11 +243,12 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 	return res, nil
 }
 
-// waitExact waits until a sample finds Consul equal to Kubernetes.
-func (w *world) waitExact(ctx context.Context, timeout time.Duration) error {
+// waitExact waits until a sample that began reading after `after` finds
+// Consul equal to Kubernetes.
+func (w *world) waitExact(ctx context.Context, after time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if ok, _ := w.chk.exact(); ok {
+		if w.chk.exactAfter(after) {
 			return nil
 		}
 		if time.Now().After(deadline) {

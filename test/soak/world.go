@@ -127,6 +127,17 @@ func (w *world) txns() int64 {
 	return n
 }
 
+// txnsBy counts the transactions sent so far by each replica.
+func (w *world) txnsBy() map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range w.clusters {
+		for _, r := range c.replicas {
+			out[r.id] = r.txns.Load()
+		}
+	}
+	return out
+}
+
 // startDaemons starts a proxy and a fleetsync process per replica.
 func (w *world) startDaemons() error {
 	servers := len(w.consul.Servers())
