@@ -110,6 +110,7 @@ type checker struct {
 	desiredAt   map[key]time.Time
 	missing     map[key]*streak
 	extra       map[key]*streak
+	dups        map[key]*streak // instances registered more than once
 	dual        map[string]int // Service key -> consecutive samples held by two replicas
 	gaps        map[string]*gapStat
 	extraGaps   map[string]*gapStat
@@ -134,7 +135,7 @@ type reading struct {
 
 func newChecker(w *world, bound time.Duration) *checker {
 	return &checker{w: w, start: w.start, bound: bound, desiredAt: map[key]time.Time{}, missing: map[key]*streak{},
-		extra: map[key]*streak{}, dual: map[string]int{}, gaps: map[string]*gapStat{}, extraGaps: map[string]*gapStat{}}
+		extra: map[key]*streak{}, dups: map[key]*streak{}, dual: map[string]int{}, gaps: map[string]*gapStat{}, extraGaps: map[string]*gapStat{}}
 }
 
 func (c *checker) since(t time.Time) float64 { return t.Sub(c.start).Seconds() }
@@ -383,6 +384,13 @@ func (c *checker) sample(ctx context.Context) {
 		c.timeline = append(c.timeline, point{T: c.since(now), Txns: txns})
 		return
 	}
+	c.judge(r, ws, gen, txns, now)
+}
+
+// judge checks every invariant against one reading r taken at now (ws:
+// the workers of each replica; gen: the planted generation when r began).
+// c.mu is held.
+func (c *checker) judge(r *reading, ws map[string][]string, gen int, txns int64, now time.Time) {
 	c.last = r
 	// (e) one replica per Service: held by two in two samples in a row.
 	for k, reps := range ws {
@@ -473,7 +481,25 @@ func (c *checker) sample(ctx context.Context) {
 			delete(c.extra, k)
 		}
 	}
-	if nMissing == 0 && nExtra == 0 {
+	// An endpoint is one instance: two entries of ours for one key (every
+	// endpoint IP of the model is unique) outliving the bound is a bug too.
+	nDup := 0
+	for k, es := range r.Present {
+		if len(es) < 2 {
+			continue
+		}
+		nDup++
+		if c.dups[k] == nil {
+			c.dups[k] = &streak{Start: now}
+		}
+		c.checkStreak(k, c.dups[k], now, "instance-duplicate")
+	}
+	for k := range c.dups {
+		if len(r.Present[k]) < 2 {
+			delete(c.dups, k)
+		}
+	}
+	if nMissing == 0 && nExtra == 0 && nDup == 0 {
 		if c.exactSince.IsZero() {
 			c.exactSince = now
 		}
@@ -544,7 +570,10 @@ func (c *checker) finish() {
 		c.checkStreak(k, s, now, "instance-stale")
 		c.closeStreak(k, s, now, c.extraGaps)
 	}
-	c.missing, c.extra = map[key]*streak{}, map[key]*streak{}
+	for k, s := range c.dups {
+		c.checkStreak(k, s, now, "instance-duplicate")
+	}
+	c.missing, c.extra, c.dups = map[key]*streak{}, map[key]*streak{}, map[key]*streak{}
 }
 
 // exact reports whether the last sample was exact, and since when.

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+	"time"
+)
+
+// judged feeds readings to a checker, each at its own time.
+type judged struct {
+	t   *testing.T
+	c   *checker
+	t0  time.Time
+	log bytes.Buffer
+}
+
+func newJudged(t *testing.T) *judged {
+	j := &judged{t: t, t0: time.Unix(1_000_000, 0)}
+	j.c = newChecker(&world{start: j.t0, logw: &j.log}, 30*time.Second)
+	return j
+}
+
+// at judges a reading that began at `began` seconds and ended at `ended`.
+func (j *judged) at(began, ended float64, desired []key, present map[key]int) {
+	r := &reading{At: j.t0.Add(time.Duration(began * float64(time.Second))), Desired: map[key]bool{}, Present: map[key][]entry{}}
+	for _, k := range desired {
+		r.Desired[k] = true
+	}
+	for k, n := range present {
+		for i := range n {
+			r.Present[k] = append(r.Present[k], entry{Node: "k8s-alpha", ID: k.String() + string(rune('a'+i)), Marked: k.Cluster, Key: k})
+		}
+	}
+	j.c.mu.Lock()
+	defer j.c.mu.Unlock()
+	j.c.judge(r, nil, 0, 0, j.t0.Add(time.Duration(ended*float64(time.Second))))
+}
+
+func (j *judged) rules() []string {
+	var out []string
+	for _, v := range j.c.violations {
+		out = append(out, v.Rule)
+	}
+	return out
+}
+
+// TestCheckerFlagsADuplicatePastTheBound: an endpoint registered twice by
+// its cluster is not exact, and a violation once it outlives the bound.
+func TestCheckerFlagsADuplicatePastTheBound(t *testing.T) {
+	j := newJudged(t)
+	k := key{"alpha", "svc-001", "10.10.0.1", 8080}
+	j.at(1, 1.1, []key{k}, map[key]int{k: 2})
+	if ok, _ := j.c.exact(); ok {
+		t.Error("exact with an instance registered twice")
+	}
+	j.at(20, 20.1, []key{k}, map[key]int{k: 2})
+	if got := j.rules(); len(got) != 0 {
+		t.Fatalf("violations %v within the bound, want none", got)
+	}
+	j.at(32, 32.1, []key{k}, map[key]int{k: 2})
+	if got := j.rules(); !slices.Equal(got, []string{"instance-duplicate"}) {
+		t.Fatalf("violations %v past the bound, want [instance-duplicate]", got)
+	}
+	j.at(33, 33.1, []key{k}, map[key]int{k: 1})
+	if ok, _ := j.c.exact(); !ok {
+		t.Error("not exact once the duplicate is gone")
+	}
+}
+
+// TestCheckerExactOnlyAfterAReadingBegunAfterTheHeal: a reading begun
+// before a heal says nothing of what the heal changed.
+func TestCheckerExactOnlyAfterAReadingBegunAfterTheHeal(t *testing.T) {
+	j := newJudged(t)
+	k := key{"alpha", "svc-001", "10.10.0.1", 8080}
+	healed := j.t0.Add(10 * time.Second)
+	j.at(9.9, 10.2, []key{k}, map[key]int{k: 1}) // began before the heal, ended after it
+	if ok, _ := j.c.exact(); !ok {
+		t.Fatal("the reading was exact")
+	}
+	if j.c.exactAfter(healed) {
+		t.Error("exactAfter(heal) true from a reading that began before the heal")
+	}
+	j.at(10.5, 10.6, []key{k}, map[key]int{k: 1})
+	if !j.c.exactAfter(healed) {
+		t.Error("exactAfter(heal) false after an exact reading begun after it")
+	}
+	j.at(11, 11.1, []key{k}, nil) // the heal's effect shows: k missing
+	if j.c.exactAfter(healed) {
+		t.Error("exactAfter(heal) true while an instance is missing")
+	}
+}
