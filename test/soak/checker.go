@@ -111,7 +111,7 @@ type checker struct {
 	missing     map[key]*streak
 	extra       map[key]*streak
 	dups        map[key]*streak // instances registered more than once
-	dual        map[string]int // Service key -> consecutive samples held by two replicas
+	dual        map[string]int  // Service key -> consecutive samples held by two replicas
 	gaps        map[string]*gapStat
 	extraGaps   map[string]*gapStat
 	violations  []violation
