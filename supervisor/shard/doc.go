@@ -74,8 +74,11 @@
 //
 // Run returns an error, to stop the process, when it cannot work: the
 // Leases cannot be listed or watched, or this replica's Lease cannot be
-// written, because the API server refuses it (RBAC). Ready is false until
-// the first reconcile after the fleet's bootstrap is done.
+// written, because the API server forbids it (403: RBAC). Other failures
+// (the API server unreachable) are retried. Ready is false until the first
+// reconcile after the fleet's bootstrap is done, so a replica whose Lease
+// watch never syncs, or whose replica Lease was never written, is not
+// ready.
 //
 // RBAC: get, list, watch, create, update and delete on
 // coordination.k8s.io leases in the Lease namespace.

@@ -176,7 +176,7 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) reconcile(ctx context.Context, renew bool) (time.Time, error) {
 	if renew {
 		if err := m.renewPresence(ctx); err != nil {
-			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			if apierrors.IsForbidden(err) {
 				return time.Time{}, fmt.Errorf("write the replica Lease %s/%s: %w", m.cfg.Namespace, m.names.replica(), err)
 			}
 			m.log.Warn("Cannot renew the replica lease", "error", err)

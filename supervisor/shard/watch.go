@@ -44,7 +44,7 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	}
 	err = inf.Informer().SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		if apierrors.IsForbidden(err) {
 			select {
 			case m.fatal <- fmt.Errorf("watch the Leases in namespace %s: %w", m.cfg.Namespace, err):
 			default:
