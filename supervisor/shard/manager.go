@@ -21,15 +21,22 @@ import (
 
 // Fleet is what the Manager asks of the supervisor: every call it makes.
 type Fleet interface {
-	// BootstrapDone is closed once the fleet has read its state; the
-	// Manager runs for no shard before.
+	// BootstrapDone is closed (by the Fleet) once the fleet has read its
+	// state; the Manager writes no Lease and runs for no shard before.
 	BootstrapDone() <-chan struct{}
-	// GainShard makes this replica sync shard k, until ctx ends or LoseShard.
+	// GainShard makes this replica sync shard k. It is called on the
+	// shard's election goroutine once the election leads, with a context
+	// that ends when leading ends; it may block (reading the owned state)
+	// and returns early only if ctx ends.
 	GainShard(ctx context.Context, k int)
-	// LoseShard stops shard k's workers and returns once they have ended.
+	// LoseShard stops shard k's workers and returns once they have all
+	// ended; the Manager calls it before the shard's Lease can pass on
+	// (before a release, and when the election stops leading). It is a
+	// no-op for a shard not held.
 	LoseShard(k int)
 	// ReplicaIDConflict counts a renewal of this replica's Lease that
-	// another process wrote (two processes with one --replica-id).
+	// another process wrote (two processes with one --replica-id). It must
+	// not block: it is called on the Lease watch's goroutine.
 	ReplicaIDConflict()
 }
 
