@@ -143,7 +143,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return nil
 	})
 	if shards != nil {
-		// An error (the Leases refused: RBAC) stops the process: a
+		// An error (the Leases forbidden: RBAC) stops the process: a
 		// replica that can hold no shard must not run as if it could.
 		g.Go(func() error { return shards.Run(gctx) })
 	}
