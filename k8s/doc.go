@@ -1,6 +1,8 @@
-// Package k8s is fleetsync's only reader of the Kubernetes API: it watches
-// Services and EndpointSlices and hands out a typed, read-only view of one
-// Service at a time.
+// Package k8s is fleetsync's reader of Services, EndpointSlices, Nodes and
+// Ingresses in the Kubernetes API: it watches them and hands out a typed,
+// read-only view of one Service at a time. The only other package that
+// talks to the Kubernetes API is supervisor/shard, which alone reads and
+// writes coordination.k8s.io Leases (with --shards > 1).
 //
 // # What the Watcher guarantees
 //

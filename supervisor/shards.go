@@ -2,33 +2,26 @@ package supervisor
 
 import (
 	"context"
-	"hash/fnv"
 	"sort"
 
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/supervisor/shard"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
-// ShardOf returns the shard of a Service: a stable hash (FNV-1a) of
-// "namespace/name" modulo n.
-func ShardOf(key k8s.Key, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key.String()))
-	return int(h.Sum32() % uint32(n))
-}
+// The supervisor's side of sharding: it is the shard.Fleet of the
+// shard.Manager, which decides which shards this replica holds.
+var _ shard.Fleet = (*Supervisor)(nil)
 
-// holds reports whether this replica holds the shard of key; s.mu need not
-// be held by the caller (it takes it only when sharded).
+// holds reports whether this replica holds the shard of key. It takes
+// shardMu (only when sharded), never mu, so callers may hold mu.
 func (s *Supervisor) holds(key k8s.Key) bool {
 	if s.opts.Shards <= 1 {
 		return true
 	}
 	s.shardMu.Lock()
 	defer s.shardMu.Unlock()
-	return s.held[ShardOf(key, s.opts.Shards)]
+	return s.held[shard.Of(key, s.opts.Shards)]
 }
 
 // HeldShards returns the shards this replica holds, sorted.
@@ -71,12 +64,12 @@ func (s *Supervisor) GainShard(ctx context.Context, k int) {
 		return
 	}
 	for _, key := range s.opts.Watcher.Keys() {
-		if _, ok := s.workers[key]; !ok && ShardOf(key, s.opts.Shards) == k && s.wants(key) {
+		if _, ok := s.workers[key]; !ok && shard.Of(key, s.opts.Shards) == k && s.wants(key) {
 			s.startLocked(key, owned[key], true)
 		}
 	}
 	for key, entries := range owned {
-		if _, ok := s.workers[key]; !ok && ShardOf(key, s.opts.Shards) == k && s.holds(key) {
+		if _, ok := s.workers[key]; !ok && shard.Of(key, s.opts.Shards) == k && s.holds(key) {
 			s.startLocked(key, entries, true)
 		}
 	}
@@ -93,7 +86,7 @@ func (s *Supervisor) LoseShard(k int) {
 	s.mu.Lock()
 	var stopping []*entry
 	for key, e := range s.workers {
-		if ShardOf(key, s.opts.Shards) == k {
+		if shard.Of(key, s.opts.Shards) == k {
 			e.cancel(worker.ErrHandedOver)
 			stopping = append(stopping, e)
 		}
@@ -107,3 +100,7 @@ func (s *Supervisor) LoseShard(k int) {
 		s.log.Info("Shard lost; its workers stopped", "shard", k, "workers", len(stopping))
 	}
 }
+
+// ReplicaIDConflict counts a renewal of this replica's Lease that another
+// process wrote (shard.Fleet).
+func (s *Supervisor) ReplicaIDConflict() { s.opts.Hooks.ReplicaIDConflict() }

@@ -7,28 +7,9 @@ import (
 
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/supervisor/shard"
 	"github.com/fleetsync/fleetsync/worker"
 )
-
-func TestShardOfIsStableAndSpread(t *testing.T) {
-	counts := make([]int, 8)
-	for i := range 800 {
-		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
-		s := ShardOf(k, 8)
-		if s != ShardOf(k, 8) {
-			t.Fatal("ShardOf is not stable")
-		}
-		counts[s]++
-	}
-	for s, n := range counts {
-		if n < 50 || n > 150 {
-			t.Errorf("shard %d has %d of 800 services: badly spread %v", s, n, counts)
-		}
-	}
-	if ShardOf(k8s.Key{Namespace: "a", Name: "b"}, 1) != 0 {
-		t.Error("one shard must be shard 0")
-	}
-}
 
 // TestGainAndLoseShards: only the services of held shards get workers;
 // losing a shard stops its workers without deregistering anything; gaining
@@ -39,7 +20,7 @@ func TestGainAndLoseShards(t *testing.T) {
 	var a, b k8s.Key
 	for i := 0; a.Name == "" || b.Name == ""; i++ {
 		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
-		switch ShardOf(k, 2) {
+		switch shard.Of(k, 2) {
 		case 0:
 			a = k
 		case 1:

@@ -10,6 +10,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
+	"github.com/fleetsync/fleetsync/supervisor/shard"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -67,12 +68,7 @@ type config struct {
 	ConsulGrace      time.Duration
 	EnablePprof      bool
 
-	Shards         int
-	LeaseNamespace string
-	ReplicaID      string
-	LeaseDuration  time.Duration
-	RenewDeadline  time.Duration
-	RetryPeriod    time.Duration
+	Shard shard.Config // --shards, --lease-*, --replica-id
 
 	Claim       bool
 	ClaimPrefix string
@@ -158,12 +154,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsPerWorker, "metrics-per-worker", supervisor.DefaultPerWorker, "per-worker metric series: top-<K> workers (those in trouble first, then the most active since the last scrape), all (one set of series per Service: large at scale), or none; the fleet-wide series are complete either way")
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
-	fs.IntVar(&c.Shards, "shards", 1, "split Services into this many shards, held by the running replicas through Kubernetes Leases (1: this process syncs everything, no Leases)")
-	fs.StringVar(&c.LeaseNamespace, "lease-namespace", "", "namespace of the shard and replica Leases (default $POD_NAMESPACE, else default)")
-	fs.StringVar(&c.ReplicaID, "replica-id", "", "this replica's identity in the Leases (default the host name: the pod name)")
-	fs.DurationVar(&c.LeaseDuration, "lease-duration", 15*time.Second, "shard lease duration: how long a dead replica's shards wait before another takes them")
-	fs.DurationVar(&c.RenewDeadline, "lease-renew-deadline", 10*time.Second, "a holder that cannot renew a shard lease for this long stops its workers (plus --lease-retry-period, must be below --lease-duration)")
-	fs.DurationVar(&c.RetryPeriod, "lease-retry-period", 2*time.Second, "how often leases are renewed and free shards are tried")
+	c.Shard.RegisterFlags(fs)
 	fs.BoolVar(&c.Claim, "claim-cluster-id", true, "claim the cluster id in Consul KV (a session-locked key holding the kube-system namespace UID) and refuse to start if another Kubernetes cluster has it")
 	fs.StringVar(&c.ClaimPrefix, "claim-prefix", "fleetsync/clusters", "Consul KV prefix of cluster-id claims")
 	fs.BoolVar(&c.Takeover, "takeover-cluster-id", false, "take over a cluster id claimed by another Kubernetes cluster that is gone for good (refused while its fleetsync runs)")
@@ -227,12 +218,8 @@ func (c *config) validate() error {
 	if c.Window < 0 {
 		return fmt.Errorf("--window=%s: must not be negative", c.Window)
 	}
-	if c.Shards < 1 || c.Shards > 1024 {
-		return fmt.Errorf("--shards=%d: must be between 1 and 1024", c.Shards)
-	}
-	if c.Shards > 1 && supervisor.ValidateLeaseTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod) != nil {
-		return fmt.Errorf("lease timing: need 0 < --lease-retry-period (%s) < --lease-renew-deadline (%s) and renew deadline + retry period < --lease-duration (%s): a cut-off holder stops its workers before anyone can take its shards",
-			c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+	if err := c.Shard.Validate(); err != nil {
+		return err
 	}
 	if c.ConsulTimeout <= 0 {
 		return fmt.Errorf("--consul-request-timeout=%s: must be positive", c.ConsulTimeout)

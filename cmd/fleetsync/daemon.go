@@ -24,6 +24,7 @@ import (
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
+	"github.com/fleetsync/fleetsync/supervisor/shard"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -93,7 +94,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Store:             store,
 		Reporter:          recorder,
 		Log:               log,
-		Shards:            cfg.Shards,
+		Shards:            cfg.Shard.Shards,
 		AutoNodes:         cfg.ConsulNodes == 0,
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,
@@ -107,14 +108,15 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	}
 	metrics.Attach(reg, sup)
 	ready.sup = sup
-	var shards *supervisor.ShardManager
-	if cfg.Shards > 1 {
-		sc := shardConfig(cfg, kube, log)
-		if err := sc.Validate(); err != nil {
+	var shards *shard.Manager
+	if cfg.Shard.Shards > 1 {
+		sc := shardConfig(cfg.Shard, os.Getenv, os.Hostname)
+		shards, err = shard.New(sc, shard.Deps{Client: kube, ClusterID: cfg.ClusterID, Fleet: sup, Log: log.Named("shards")})
+		if err != nil {
 			return err
 		}
-		shards = supervisor.NewShardManager(sc, sup)
-		log.Info("Sharding", "shards", cfg.Shards, "replica", sc.Identity, "lease_namespace", sc.Namespace)
+		ready.shards = shards
+		log.Info("Sharding", "shards", sc.Shards, "replica", sc.ReplicaID, "lease_namespace", sc.Namespace)
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -141,10 +143,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return nil
 	})
 	if shards != nil {
-		g.Go(func() error {
-			shards.Run(gctx)
-			return nil
-		})
+		// An error (the Leases forbidden: RBAC) stops the process: a
+		// replica that can hold no shard must not run as if it could.
+		g.Go(func() error { return shards.Run(gctx) })
 	}
 	g.Go(func() error {
 		health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2))
@@ -272,18 +273,18 @@ func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, 
 	}
 }
 
-func shardConfig(cfg config, kube kubernetes.Interface, log hclog.Logger) supervisor.ShardConfig {
-	ns := cfg.LeaseNamespace
-	if ns == "" {
-		ns = os.Getenv("POD_NAMESPACE")
+// shardConfig fills the shard flags' defaults that come from the
+// environment: the Lease namespace ($POD_NAMESPACE, else default) and the
+// replica id (the host name: the pod name).
+func shardConfig(c shard.Config, getenv func(string) string, hostname func() (string, error)) shard.Config {
+	if c.Namespace == "" {
+		c.Namespace = getenv("POD_NAMESPACE")
 	}
-	if ns == "" {
-		ns = "default"
+	if c.Namespace == "" {
+		c.Namespace = "default"
 	}
-	id := cfg.ReplicaID
-	if id == "" {
-		id, _ = os.Hostname()
+	if c.ReplicaID == "" {
+		c.ReplicaID, _ = hostname()
 	}
-	return supervisor.ShardConfig{Client: kube, Namespace: ns, ClusterID: cfg.ClusterID, Identity: id, Shards: cfg.Shards,
-		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log.Named("shards")}
+	return c
 }

@@ -51,7 +51,7 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, ready *readine
 		writeJSON(w, out)
 	})
 	mux.HandleFunc("GET /debug/shards", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{"shards": cfg.Shards, "held": sup.HeldShards()})
+		writeJSON(w, map[string]any{"shards": cfg.Shard.Shards, "held": sup.HeldShards()})
 	})
 	mux.HandleFunc("GET /debug/workers/{namespace}/{service}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := sup.Worker(k8s.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("service")})

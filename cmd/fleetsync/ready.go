@@ -10,9 +10,10 @@ import (
 	"github.com/fleetsync/fleetsync/supervisor"
 )
 
-// readiness is what /readyz checks, in order: the fleet bootstrapped,
-// Consul answering, the cluster-id claim naming this cluster, and nothing
-// that keeps Services from syncing (a look-alike node).
+// readiness is what /readyz checks, in order: the fleet bootstrapped, the
+// shard manager done with its first reconcile (when sharded), Consul
+// answering, the cluster-id claim naming this cluster, and nothing that
+// keeps Services from syncing (a look-alike node).
 type readiness struct {
 	sup    *supervisor.Supervisor
 	health interface {
@@ -20,6 +21,9 @@ type readiness struct {
 	}
 	grace time.Duration
 	claim atomic.Pointer[consul.Claim]
+	// shards is the shard manager (nil unless --shards > 1): not ready
+	// until its first reconcile after bootstrap.
+	shards interface{ Ready() (bool, string) }
 }
 
 func (r *readiness) setClaim(c *consul.Claim) { r.claim.Store(c) }
@@ -28,6 +32,11 @@ func (r *readiness) setClaim(c *consul.Claim) { r.claim.Store(c) }
 func (r *readiness) check() (bool, string) {
 	if !r.sup.Bootstrapped() {
 		return false, "bootstrapping (informers syncing or owned Consul state not read yet)"
+	}
+	if r.shards != nil {
+		if ok, why := r.shards.Ready(); !ok {
+			return false, why
+		}
 	}
 	if ok, why := r.health.Reachable(r.grace); !ok {
 		return false, fmt.Sprintf("consul unreachable for over %s: %s", r.grace, why)

@@ -253,7 +253,7 @@ func checkRBAC(t *testing.T, o objects, ns string) (sa string) {
 }
 
 // wantLeaseRules is what the Role of a sharded install must grant: the
-// Lease calls of supervisor/leases.go and of client-go's leader election
+// Lease calls of supervisor/shard and of client-go's leader election
 // (resourcelock.LeaseLock: get, create, update), the Lease watch of the
 // shard manager (list, watch); no patch.
 var wantLeaseRules = []rbacv1.PolicyRule{

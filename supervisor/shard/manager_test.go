@@ -1,4 +1,4 @@
-package supervisor
+package shard
 
 import (
 	"context"
@@ -19,26 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
-
-// fakeNow is a settable clock for lease sightings.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeNow) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeNow) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func shardLease(name, holder string, renew time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(renew)
@@ -55,42 +38,39 @@ func shardLease(name, holder string, renew time.Time) *coordinationv1.Lease {
 // timestamps say), not earlier, with an update that names this replica,
 // and its workers start.
 func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	// The dead replica's clock is an hour ahead: its renewal timestamps say
 	// nothing about when this replica may take over.
 	ahead := clock.Now().Add(time.Hour)
 	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", ahead), shardLease("fleetsync-c-shard-1", "dead", ahead))
 
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 2)
-	sup := f.sup
-	m := startManager(t, ctx, client, sup, 2, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 2, clock)
 	t0 := clock.Now()
 
-	if next := m.reconcile(ctx, true); !next.Equal(t0.Add(15 * time.Second)) {
+	if next := mustReconcile(t, m, ctx, true); !next.Equal(t0.Add(15 * time.Second)) {
 		t.Fatalf("next expiry %s, want one lease duration after the first sighting (%s)", next, t0.Add(15*time.Second))
 	}
 	assertHolders(t, ctx, client, "dead", "dead")
 
 	// Shard 1's holder renews 10 s in: its lease duration starts again.
-	clock.advance(10 * time.Second)
+	clock.Step(10 * time.Second)
 	renewLease(t, ctx, client, "fleetsync-c-shard-1", ahead.Add(10*time.Second))
 	f.waitFor(t, "the renewal sighted", func() bool {
 		m.seenMu.Lock()
 		defer m.seenMu.Unlock()
 		return m.seen["fleetsync-c-shard-1"].at.Equal(clock.Now())
 	})
-	clock.advance(5*time.Second - time.Millisecond)
-	m.reconcile(ctx, false)
+	clock.Step(5*time.Second - time.Millisecond)
+	mustReconcile(t, m, ctx, false)
 	assertHolders(t, ctx, client, "dead", "dead") // 1 ms before shard 0 expires
 
-	clock.advance(time.Millisecond) // t0 + 15 s: shard 0 expired, shard 1 renewed at t0 + 10 s
-	if next := m.reconcile(ctx, false); !next.Equal(t0.Add(25 * time.Second)) {
+	clock.Step(time.Millisecond) // t0 + 15 s: shard 0 expired, shard 1 renewed at t0 + 10 s
+	if next := mustReconcile(t, m, ctx, false); !next.Equal(t0.Add(25 * time.Second)) {
 		t.Fatalf("next expiry %s, want shard 1's at %s", next, t0.Add(25*time.Second))
 	}
 	assertHolders(t, ctx, client, "me", "dead")
-	f.waitFor(t, "shard 0 gained", func() bool { return len(sup.HeldShards()) == 1 && sup.HeldShards()[0] == 0 })
+	f.waitFor(t, "shard 0 gained", func() bool { return len(f.HeldShards()) == 1 && f.HeldShards()[0] == 0 })
 	l, err := client.CoordinationV1().Leases("leases").Get(ctx, "fleetsync-c-shard-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -99,10 +79,10 @@ func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
 		t.Errorf("shard 0's lease: holder %q transitions %d, want me and 5", h, ptr.Deref(l.Spec.LeaseTransitions, 0))
 	}
 
-	clock.advance(10 * time.Second)
-	m.reconcile(ctx, false)
+	clock.Step(10 * time.Second)
+	mustReconcile(t, m, ctx, false)
 	assertHolders(t, ctx, client, "me", "me")
-	f.waitFor(t, "shard 1 gained", func() bool { return len(sup.HeldShards()) == 2 })
+	f.waitFor(t, "shard 1 gained", func() bool { return len(f.HeldShards()) == 2 })
 }
 
 // TestTakeOverLeavesALeaseTakenMeanwhile: another replica takes an expired
@@ -111,17 +91,15 @@ func TestTakeOverCountsFromTheLastSighting(t *testing.T) {
 // replica must not update that newer copy: it would steal a shard the other
 // replica already leads.
 func TestTakeOverLeavesALeaseTakenMeanwhile(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", clock.Now()))
 	conditionalUpdates(client)
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 1)
-	m := startManager(t, ctx, client, f.sup, 1, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 1, clock)
 	m.seenMu.Lock()
 	expired := m.seen["fleetsync-c-shard-0"]
 	m.seenMu.Unlock()
-	clock.advance(15 * time.Second)
+	clock.Step(15 * time.Second)
 
 	api := client.CoordinationV1().Leases("leases")
 	l, err := api.Get(ctx, "fleetsync-c-shard-0", metav1.GetOptions{})
@@ -154,7 +132,7 @@ func TestTakeOverLeavesALeaseTakenMeanwhile(t *testing.T) {
 // stopping it would leave the Lease naming this replica with nobody
 // renewing it, and the shard unsynced for a whole lease duration.
 func TestTakeOverIsSightedAtOnce(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "dead", clock.Now()))
 	conditionalUpdates(client)
 	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
@@ -168,14 +146,12 @@ func TestTakeOverIsSightedAtOnce(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 1)
-	m := startManager(t, ctx, client, f.sup, 1, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 1, clock)
 	t.Cleanup(func() { failGets.Store(false) }) // before the manager's shutdown reads its Leases
 
-	clock.advance(15 * time.Second)
-	m.reconcile(ctx, false)
+	clock.Step(15 * time.Second)
+	mustReconcile(t, m, ctx, false)
 	holders := func() string {
 		ls, err := client.CoordinationV1().Leases("leases").List(ctx, metav1.ListOptions{})
 		if err != nil || len(ls.Items) != 1 {
@@ -187,14 +163,14 @@ func TestTakeOverIsSightedAtOnce(t *testing.T) {
 		t.Fatalf("shard 0 held by %q after its lease expired, want me", h)
 	}
 	m.reconcile(ctx, false) // as after any watch event
-	m.mu.Lock()
+	m.electorsMu.Lock()
 	_, running := m.electors[0]
-	m.mu.Unlock()
+	m.electorsMu.Unlock()
 	if !running {
 		t.Fatal("the election for the shard just taken over was stopped")
 	}
 	failGets.Store(false)
-	f.waitFor(t, "shard 0 led", func() bool { return len(f.sup.HeldShards()) == 1 })
+	f.waitFor(t, "shard 0 led", func() bool { return len(f.HeldShards()) == 1 })
 	if h := holders(); h != "me" {
 		t.Errorf("shard 0 held by %q, want me", h)
 	}
@@ -205,20 +181,18 @@ func TestTakeOverIsSightedAtOnce(t *testing.T) {
 // nobody else may take for a lease duration). It leads those within its
 // quota at once, without waiting for them to expire, and releases the rest.
 func TestResumesShardsNamingThisReplica(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	now := clock.Now()
 	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-other", Namespace: "leases",
 		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
 	client := fake.NewClientset(shardLease("fleetsync-c-shard-0", "me", now), shardLease("fleetsync-c-shard-1", "me", now), other)
 	conditionalUpdates(client)
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 2)
-	m := startManager(t, ctx, client, f.sup, 2, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 2, clock)
 
 	m.reconcile(ctx, true) // quota ceil(2/2) = 1, the clock has not moved
-	f.waitFor(t, "one shard led", func() bool { return len(f.sup.HeldShards()) == 1 })
-	held := f.sup.HeldShards()[0]
+	f.waitFor(t, "one shard led", func() bool { return len(f.HeldShards()) == 1 })
+	held := f.HeldShards()[0]
 	want := []string{"me", "me"}
 	want[1-held] = ""
 	assertHolders(t, ctx, client, want...)
@@ -229,7 +203,7 @@ func TestResumesShardsNamingThisReplica(t *testing.T) {
 // would halve its quota for the first seconds), while a Lease renewed a
 // second ago, by its holder's clock, counts at once.
 func TestStaleReplicaLeaseAtStart(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	replica := func(holder string, renewed time.Time) *coordinationv1.Lease {
 		mt := metav1.NewMicroTime(renewed)
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-" + holder, Namespace: "leases",
@@ -237,17 +211,15 @@ func TestStaleReplicaLeaseAtStart(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: &mt}}
 	}
 	client := fake.NewClientset(replica("crashed", clock.Now().Add(-time.Minute)), replica("live", clock.Now().Add(-time.Second)))
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 4)
-	m := startManager(t, ctx, client, f.sup, 4, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 4, clock)
 
 	if v := m.observe(); v.live != 2 {
 		t.Errorf("%d live replicas at start, want 2 (this one and the one renewed a second ago)", v.live)
 	}
 	m.reconcile(ctx, true) // quota ceil(4/2)
-	f.waitFor(t, "two shards led", func() bool { return len(f.sup.HeldShards()) == 2 })
-	clock.advance(5 * time.Second) // no renewal sighted since the start: "live" is not live any more
+	f.waitFor(t, "two shards led", func() bool { return len(f.HeldShards()) == 2 })
+	clock.Step(5 * time.Second) // no renewal sighted since the start: "live" is not live any more
 	if v := m.observe(); v.live != 1 {
 		t.Errorf("%d live replicas after 5 s without a renewal, want 1", v.live)
 	}
@@ -258,23 +230,14 @@ func TestStaleReplicaLeaseAtStart(t *testing.T) {
 // and, from the second on, logged as an error; its own renewals, and the
 // Lease an earlier process left before the first renewal, are not.
 func TestDuplicateReplicaIDIsReported(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	left := metav1.NewMicroTime(clock.Now().Add(-time.Second))
 	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-me", Namespace: "leases",
 		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("me"), RenewTime: &left}})
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 1)
+	f, ctx := newFleet(t)
 	var logs lockedBuffer
-	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: 1,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now,
-		Log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})}, f.sup)
-	stop, ok := m.watch(ctx)
-	t.Cleanup(func() { m.shutdown(); stop() })
-	if !ok {
-		t.Fatal("lease watch did not sync")
-	}
+	m := startManagerLog(t, ctx, client, f, 1, clock, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error}))
 	foreign := func() int {
 		m.seenMu.Lock()
 		defer m.seenMu.Unlock()
@@ -291,8 +254,8 @@ func TestDuplicateReplicaIDIsReported(t *testing.T) {
 	}
 
 	for range 3 { // this replica's own renewals
-		clock.advance(2 * time.Second)
-		m.reconcile(ctx, true)
+		clock.Step(2 * time.Second)
+		mustReconcile(t, m, ctx, true)
 		sighted("own renewal", clock.Now())
 	}
 	if n := foreign(); n != 0 {
@@ -314,16 +277,13 @@ func TestDuplicateReplicaIDIsReported(t *testing.T) {
 // TestTakeOverKeepsTheQuota: with a second live replica, this one takes at
 // most ceil(shards/2) of a dead replica's shards.
 func TestTakeOverKeepsTheQuota(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	now := clock.Now()
 	client := fake.NewClientset(
 		shardLease("fleetsync-c-shard-0", "dead", now), shardLease("fleetsync-c-shard-1", "dead", now),
 		shardLease("fleetsync-c-shard-2", "dead", now), shardLease("fleetsync-c-shard-3", "dead", now))
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 4)
-	sup := f.sup
-	m := startManager(t, ctx, client, sup, 4, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 4, clock)
 	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-other", Namespace: "leases",
 		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
 	if _, err := client.CoordinationV1().Leases("leases").Create(ctx, other, metav1.CreateOptions{}); err != nil {
@@ -335,17 +295,17 @@ func TestTakeOverKeepsTheQuota(t *testing.T) {
 		_, ok := m.seen["fleetsync-c-replica-other"]
 		return ok
 	})
-	clock.advance(15 * time.Second)
+	clock.Step(15 * time.Second)
 	renewLease(t, ctx, client, "fleetsync-c-replica-other", clock.Now())
 	f.waitFor(t, "the other replica's renewal sighted", func() bool {
 		m.seenMu.Lock()
 		defer m.seenMu.Unlock()
 		return m.seen["fleetsync-c-replica-other"].at.Equal(clock.Now())
 	})
-	m.reconcile(ctx, true)
-	m.reconcile(ctx, false)
-	f.waitFor(t, "two shards gained", func() bool { return len(sup.HeldShards()) == 2 })
-	if held := sup.HeldShards(); len(held) != 2 {
+	mustReconcile(t, m, ctx, true)
+	mustReconcile(t, m, ctx, false)
+	f.waitFor(t, "two shards gained", func() bool { return len(f.HeldShards()) == 2 })
+	if held := f.HeldShards(); len(held) != 2 {
 		t.Fatalf("holds %v with another live replica and 4 shards, want 2", held)
 	}
 }
@@ -392,14 +352,18 @@ func assertHolders(t *testing.T, ctx context.Context, c kubernetes.Interface, wa
 // startManager runs the shard watch of a manager "me" of cluster c (15 s
 // leases, sightings on clock) until the test ends; the test drives
 // reconcile itself.
-func startManager(t *testing.T, ctx context.Context, client kubernetes.Interface, sup *Supervisor, shards int, clock *fakeNow) *ShardManager {
+func startManager(t *testing.T, ctx context.Context, client kubernetes.Interface, f *fakeFleet, shards int, clock clock.Clock) *Manager {
 	t.Helper()
-	m := NewShardManager(ShardConfig{Client: client, Namespace: "leases", ClusterID: "c", Identity: "me", Shards: shards,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Now: clock.Now}, sup)
-	stop, ok := m.watch(ctx)
+	return startManagerLog(t, ctx, client, f, shards, clock, nil)
+}
+
+func startManagerLog(t *testing.T, ctx context.Context, client kubernetes.Interface, f *fakeFleet, shards int, clock clock.Clock, log hclog.Logger) *Manager {
+	t.Helper()
+	m := newManager(testConfig(shards), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: clock, Log: log})
+	stop, err := m.watch(ctx)
 	t.Cleanup(func() { m.shutdown(); stop() })
-	if !ok {
-		t.Fatal("lease watch did not sync")
+	if err != nil || ctx.Err() != nil {
+		t.Fatalf("lease watch did not sync: %v", err)
 	}
 	return m
 }
@@ -422,25 +386,23 @@ func renewLease(t *testing.T, ctx context.Context, c kubernetes.Interface, name 
 // lease durations (a replica killed for good) is deleted; this replica's own
 // Lease and a shard Lease are not.
 func TestCrashedReplicaLeasesAreDeleted(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := newClock()
 	crashed := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fleetsync-c-replica-crashed", Namespace: "leases",
 		Labels: map[string]string{labelCluster: "c", labelRole: "replica"}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("crashed")}}
 	client := fake.NewClientset(crashed, shardLease("fleetsync-c-shard-0", "crashed", clock.Now()))
-	w, store := newFakeWatcher(), newMemStore()
-	close(w.synced)
-	f, ctx := startSharded(t, w, store, "c", 2)
-	m := startManager(t, ctx, client, f.sup, 2, clock)
+	f, ctx := newFleet(t)
+	m := startManager(t, ctx, client, f, 2, clock)
 	exists := func(name string) bool {
 		_, err := client.CoordinationV1().Leases("leases").Get(ctx, name, metav1.GetOptions{})
 		return err == nil
 	}
-	clock.advance(20*15*time.Second - time.Second)
-	m.reconcile(ctx, true)
+	clock.Step(20*15*time.Second - time.Second)
+	mustReconcile(t, m, ctx, true)
 	if !exists("fleetsync-c-replica-crashed") {
 		t.Fatal("deleted a replica lease 1 s before its time")
 	}
-	clock.advance(time.Second)
-	m.reconcile(ctx, true)
+	clock.Step(time.Second)
+	mustReconcile(t, m, ctx, true)
 	if exists("fleetsync-c-replica-crashed") {
 		t.Error("a replica lease unchanged for 20 lease durations is still there")
 	}

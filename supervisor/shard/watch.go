@@ -1,0 +1,136 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// watch starts an informer on this cluster's Leases and waits for its
+// first list. Every change is sighted; a change of holder (a shard
+// released or taken, a replica come or gone) wakes the loop at once. A
+// list or watch the API server refuses (RBAC) is an error, returned here
+// while waiting for the first list and later on m.fatal. stop ends the
+// watch and waits for its goroutines.
+func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
+	f := informers.NewSharedInformerFactoryWithOptions(m.api, 0, informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = m.names.selector() }))
+	inf := f.Coordination().V1().Leases()
+	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.sight,
+		UpdateFunc: func(_, obj any) { m.sight(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				m.seenMu.Lock()
+				delete(m.seen, l.Name)
+				m.seenMu.Unlock()
+				m.poke()
+			}
+		},
+	})
+	if err != nil {
+		return func() {}, fmt.Errorf("watch the Leases: %w", err)
+	}
+	err = inf.Informer().SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsForbidden(err) {
+			select {
+			case m.fatal <- fmt.Errorf("watch the Leases in namespace %s: %w", m.cfg.Namespace, err):
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return func() {}, fmt.Errorf("watch the Leases: %w", err)
+	}
+	m.leases = inf.Lister().Leases(m.cfg.Namespace)
+	wctx, cancel := context.WithCancel(ctx)
+	f.Start(wctx.Done())
+	stop = func() { cancel(); f.Shutdown() }
+	// The handler's own sync: every Lease of the first list sighted (the
+	// informer's store can be synced before its handlers have seen it).
+	synced := make(chan bool, 1)
+	go func() { synced <- cache.WaitForCacheSync(wctx.Done(), reg.HasSynced) }()
+	select {
+	case err := <-m.fatal:
+		cancel()
+		<-synced
+		return stop, err
+	case <-synced:
+		return stop, nil // false only when ctx is done
+	}
+}
+
+func (m *Manager) sight(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	m.seenMu.Lock()
+	old, had := m.seen[l.Name]
+	if !had || old.rv != l.ResourceVersion || !apiequality.Semantic.DeepEqual(old.spec, l.Spec) {
+		m.seen[l.Name] = newSighting(l, m.clock.Now(), !had)
+		if l.Name == m.names.replica() && holder == m.cfg.ReplicaID {
+			m.checkOwnRenewal(l.Spec.RenewTime)
+		}
+	}
+	m.seenMu.Unlock()
+	if !had || old.holder != holder {
+		m.poke()
+	}
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sightOwnWrite records a Lease this replica has just written, unless the
+// watch has already sighted a change since before (the sighting that was
+// current before the write).
+func (m *Manager) sightOwnWrite(before sighting, l *coordinationv1.Lease) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if cur := m.seen[l.Name]; cur.rv == before.rv && apiequality.Semantic.DeepEqual(cur.spec, before.spec) {
+		m.seen[l.Name] = newSighting(l, m.clock.Now(), false)
+	}
+}
+
+// checkOwnRenewal notes a change of this replica's Lease that names it:
+// one of its own renewals, or, once it has renewed at least once, another
+// process's with the same --replica-id. That one would hold the same shards
+// (each takes a shard Lease naming its identity for its own), so it is
+// counted and, from the second one on, logged as an error at most once a
+// lease duration. (The first is not logged: an update whose answer was
+// lost looks the same once.) Called with seenMu held.
+func (m *Manager) checkOwnRenewal(renewed *metav1.MicroTime) {
+	if renewed == nil || len(m.ownRenews) == 0 {
+		return // before the first renewal: the Lease an earlier process left
+	}
+	for _, t := range m.ownRenews {
+		if t.Truncate(time.Microsecond).Equal(renewed.Time.Truncate(time.Microsecond)) {
+			return
+		}
+	}
+	m.foreign++
+	m.fleet.ReplicaIDConflict()
+	if now := m.clock.Now(); m.foreign >= 2 && now.Sub(m.foreignLogs) >= m.cfg.LeaseDuration {
+		m.foreignLogs = now
+		m.log.Error("Another process renews this replica's Lease: --replica-id must be unique (the default, the pod name, is); both processes hold the same shards",
+			"replica", m.cfg.ReplicaID, "lease", m.names.replica(), "foreign_renewals", m.foreign)
+	}
+}
