@@ -3,15 +3,20 @@ package shard
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/fleetsync/fleetsync/k8s"
 )
 
 // watch starts an informer on this cluster's Leases and waits for its
@@ -21,10 +26,24 @@ import (
 // while waiting for the first list and later on m.fatal. stop ends the
 // watch and waits for its goroutines.
 func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
-	f := informers.NewSharedInformerFactoryWithOptions(m.api, 0, informers.WithNamespace(m.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = m.names.selector() }))
-	inf := f.Coordination().V1().Leases()
-	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The list and watch are k8s.Patient, as the Watcher's are: after an API
+	// server outage the Leases are seen again within a second, not after
+	// client-go's reflector backoff (up to 30 s), so shards are taken over
+	// and handed back on time.
+	sel, leases := m.names.selector(), m.api.CoordinationV1().Leases(m.cfg.Namespace)
+	lw := k8s.Patient(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return leases.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return leases.Watch(ctx, o)
+		},
+	}, "Lease", m.clock, m.log)
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.api), &coordinationv1.Lease{},
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, ObjectDescription: "Lease"})
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    m.sight,
 		UpdateFunc: func(_, obj any) { m.sight(obj) },
 		DeleteFunc: func(obj any) {
@@ -42,7 +61,7 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return func() {}, fmt.Errorf("watch the Leases: %w", err)
 	}
-	err = inf.Informer().SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+	err = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		if apierrors.IsForbidden(err) {
 			select {
@@ -54,10 +73,11 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return func() {}, fmt.Errorf("watch the Leases: %w", err)
 	}
-	m.leases = inf.Lister().Leases(m.cfg.Namespace)
+	m.leases = coordinationlisters.NewLeaseLister(inf.GetIndexer()).Leases(m.cfg.Namespace)
 	wctx, cancel := context.WithCancel(ctx)
-	f.Start(wctx.Done())
-	stop = func() { cancel(); f.Shutdown() }
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.RunWithContext(wctx) })
+	stop = func() { cancel(); wg.Wait() }
 	// The handler's own sync: every Lease of the first list sighted (the
 	// informer's store can be synced before its handlers have seen it).
 	synced := make(chan bool, 1)
