@@ -63,47 +63,14 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 }
 
 // start logs in (with a login auth method), checks the scope and the
-// token's permissions on perms, retrying while Consul cannot be reached; it
-// returns an error only for what no retry mends (the login refused, a
-// namespace Consul does not have, a permission the policy lacks), and nil
-// when ctx ends first.
+// token's permissions on perms, retrying while Consul cannot be reached
+// (consul.Conn.Start); a permission the policy lacks is explained.
 func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Client, perms []consul.Permission, log hclog.Logger) error {
-	backoff := 500 * time.Millisecond
-	loggedIn := !cc.login
-	for {
-		var err error
-		if !loggedIn {
-			if err = cc.Tokens().Login(ctx); err == nil {
-				loggedIn = true
-			} else if errors.Is(err, consul.ErrLogin) {
-				return err
-			}
-		}
-		if loggedIn {
-			if err = store.CheckScope(ctx); err == nil {
-				err = cc.Permissions(ctx, cc.scope, perms)
-				if err == nil {
-					return nil
-				}
-				if errors.Is(err, consul.ErrNotPermitted) {
-					return cc.permissionError(cfg, "check the Consul ACL token's permissions", err)
-				}
-			}
-			if errors.Is(err, consul.ErrEnterpriseOnly) {
-				return err
-			}
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		log.Warn("Cannot reach Consul yet; retrying", "retry_in", backoff, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
+	err := cc.Start(ctx, store, cc.scope, perms, log)
+	if errors.Is(err, consul.ErrNotPermitted) {
+		return cc.permissionError(cfg, "check the Consul ACL token's permissions", err)
 	}
+	return err
 }
 
 // logout ends the login token (at shutdown).

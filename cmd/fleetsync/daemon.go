@@ -204,33 +204,11 @@ func kubeConfig(cfg config) (*rest.Config, error) {
 // another Kubernetes cluster has the id, and nil, nil when ctx ends first.
 func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consul.Conn, scope consul.Scope, log hclog.Logger) (*consul.Claim, error) {
 	holder, _ := os.Hostname()
-	backoff := 500 * time.Millisecond
-	for {
-		uid, err := k8s.ClusterUID(ctx, kube)
-		if err == nil {
-			var claim *consul.Claim
-			claim, err = conn.ClaimClusterID(ctx, consul.ClaimOptions{
-				Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, KubeUID: uid, Holder: holder,
-				Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
-			})
-			if err == nil {
-				return claim, nil
-			}
-			if errors.Is(err, consul.ErrClaimedByOther) || consul.IsPermissionDenied(err) {
-				return nil, err // no retry mends these
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", backoff, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
+	kubeUID := func(ctx context.Context) (string, error) { return k8s.ClusterUID(ctx, kube) }
+	return conn.ClaimClusterIDRetrying(ctx, kubeUID, consul.ClaimOptions{
+		Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, Holder: holder,
+		Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
+	}, log)
 }
 
 func shardConfig(cfg config, kube kubernetes.Interface, log hclog.Logger) supervisor.ShardConfig {
