@@ -2,8 +2,11 @@ package consul
 
 import (
 	"context"
+	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/test/stack"
 )
 
 // For the tests of package consul_test, which can use package ownership's
@@ -32,3 +35,7 @@ func RemoveNode(ctx context.Context, nc nodeCatalog, c ClusterOwner, node *api.N
 
 // PlanNodes are the nodes of p as read.
 func PlanNodes(p PurgePlan) []*api.Node { return p.nodes }
+
+// Agent is the package's real Consul agent; the test is skipped under
+// -short.
+func Agent(t *testing.T) *stack.Consul { return needConsul(t) }
