@@ -6,15 +6,24 @@ import (
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/ownership"
 )
 
+// east is the cluster of the printing tests.
+var east = func() ownership.Cluster {
+	c, err := ownership.New("east")
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
+
 func TestWritePurgePlan(t *testing.T) {
-	east := mustCluster(t, "east")
 	unmarked := consul.Registered{Instance: consul.Instance{ID: "by-hand", Name: "web"}, Node: east.NodeName()}
 	ours := []consul.Registered{
-		owned(east, "web", "10.0.0.1", consul.StatusPassing, 1, 2),
-		owned(east, "web", "10.0.0.2", consul.StatusPassing, 1, 2),
-		owned(east, "db", "10.0.0.3", consul.StatusPassing, 1, 2),
+		{Instance: east.Stamp(consul.Instance{ID: east.InstanceID("ns", "web", "10.0.0.1", 80), Name: "web"}), Node: east.NodeName()},
+		{Instance: east.Stamp(consul.Instance{ID: east.InstanceID("ns", "web", "10.0.0.2", 80), Name: "web"}), Node: east.NodeName()},
+		{Instance: east.Stamp(consul.Instance{ID: east.InstanceID("ns", "db", "10.0.0.3", 80), Name: "db"}), Node: east.NodeName()},
 	}
 	cases := []struct {
 		name string
@@ -55,7 +64,6 @@ Dry run: nothing changed. Stop every fleetsync running with --cluster-id=east, t
 }
 
 func TestWritePurgeResult(t *testing.T) {
-	east := mustCluster(t, "east")
 	var b bytes.Buffer
 	writePurgeResult(&b, consul.PurgeResult{Cluster: east, Deregistered: 3, Services: 2, Txns: 1, NodesRemoved: []string{"k8s-east"},
 		Kept: consul.PurgePlan{Cluster: east, NodeFound: true, Nodes: []string{"k8s-east"}}})
@@ -85,7 +93,6 @@ func TestWritePurgeResult(t *testing.T) {
 
 // TestPurgeClaimText: what purge prints about the released claim.
 func TestPurgeClaimText(t *testing.T) {
-	east := mustCluster(t, "east")
 	claim := &consul.ClaimValue{ClusterID: "east", KubeUID: "uid-1", Holder: "pod-1"}
 	var b bytes.Buffer
 	writePurgePlan(&b, consul.PurgePlan{Cluster: east, NodeFound: true, Claim: claim}, false)

@@ -9,24 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
-	"github.com/fleetsync/fleetsync/ownership"
 )
-
-func mustCluster(t *testing.T, id string) ownership.Cluster {
-	t.Helper()
-	c, err := ownership.New(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// owned returns an entry carrying c's mark, as read from Consul.
-func owned(c ownership.Cluster, name, addr string, status string, svcIndex, checkIndex uint64) consul.Registered {
-	in := c.Stamp(consul.Instance{ID: c.InstanceID("ns", name, addr, 80), Name: name, Address: addr, Port: 80,
-		Check: consul.Check{Status: status}})
-	return consul.Registered{Instance: in, Node: c.NodeName(), ServiceIndex: svcIndex, CheckIndex: checkIndex, HasCheck: status != ""}
-}
 
 var sampleReport = statusReport{Consul: "http://127.0.0.1:8500", Inventory: consul.Inventory{
 	Index: 1300,
