@@ -13,5 +13,11 @@
 // The consul package's writer is built with an Owner (a Cluster) and refuses
 // every write whose instance is not stamped and every delete whose entry, as
 // read from Consul, is not owned. There is no way to delete by service name or
-// by tag. A Cluster is immutable and safe for concurrent use.
+// by tag.
+//
+// A node is cluster C's (OwnsNode) when it has one of C's names and the node
+// mark, external-source=kubernetes and k8s-cluster=<C>; a node named like
+// C's without the mark is someone else's. ClusterOfNode (and Finder, for the
+// consul package's inventory) says which cluster a marked node is. A Cluster
+// is immutable and safe for concurrent use.
 package ownership

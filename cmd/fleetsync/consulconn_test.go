@@ -55,20 +55,6 @@ func TestConsulAccessFlags(t *testing.T) {
 	}
 }
 
-func TestConsulAddresses(t *testing.T) {
-	cfg := config{ConsulAddr: stringList{values: []string{"https://a:8501", "b:8501/"}}}
-	addrs, scheme, err := consulAddresses(cfg, "ignored:1")
-	if err != nil || scheme != "https" || strings.Join(addrs, ",") != "a:8501,b:8501" {
-		t.Fatalf("%v %q %v", addrs, scheme, err)
-	}
-	if addrs, scheme, err := consulAddresses(config{}, "127.0.0.1:8500"); err != nil || scheme != "" || len(addrs) != 1 || addrs[0] != "127.0.0.1:8500" {
-		t.Fatalf("default: %v %q %v", addrs, scheme, err)
-	}
-	if _, _, err := consulAddresses(config{ConsulAddr: stringList{values: []string{"https://a:1", "http://b:1"}}}, ""); err == nil {
-		t.Fatal("mixed schemes accepted")
-	}
-}
-
 func TestConsulScopeAndPodMeta(t *testing.T) {
 	env := map[string]string{"CONSUL_NAMESPACE": "from-env", "CONSUL_PARTITION": "p-env", "POD_NAMESPACE": "fs", "POD_NAME": "fleetsync-0"}
 	get := func(k string) string { return env[k] }

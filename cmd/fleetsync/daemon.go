@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -55,23 +54,23 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ccfg, tokens, capi := conn.cfg, conn.tokens, conn.api
+	tokens := conn.Tokens()
 	defer conn.logout(log)
-	for _, w := range insecureTLSWarnings(ccfg) {
+	for _, w := range conn.InsecureTLSWarnings() {
 		log.Warn("Insecure Consul connection", "problem", w)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
 	metrics := supervisor.NewMetrics(reg, perWorker)
-	store := consul.NewClient(capi, cluster, consul.Options{
+	store := conn.NewClient(cluster, consul.Options{
 		Budget:         consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
 		Observe:        metrics.ObserveTxn,
 		ObserveWait:    metrics.ObserveWait,
 		RequestTimeout: cfg.ConsulTimeout,
 		Scope:          conn.scope,
 	})
-	health := consul.NewHealth(capi, nil)
+	health := conn.NewHealth(nil)
 	health.Timeout = cfg.ConsulTimeout
 	ready := &readiness{sup: nil, health: health, grace: cfg.ConsulGrace}
 	recorder := k8s.NewRecorder(kube, "fleetsync", log.Named("events"))
@@ -127,8 +126,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if consul.BrokenBuild() {
 		log.Error("THIS IS A DELIBERATELY BROKEN TEST BUILD (-tags fleetsync_broken_nodelete): it never deletes an instance; never run it against a real Consul")
 	}
-	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.servers.Addresses(), ","), "consul_tls", ccfg.Scheme == "https", "consul_token_file", ccfg.TokenFile,
-		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", ccfg.Datacenter, "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,
+	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.Addresses(), ","), "consul_tls", conn.TLS(), "consul_token_file", conn.TokenFile(),
+		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", conn.Datacenter(), "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,
 		"gc_percent", mem.GCPercent, "memory_limit_bytes", mem.Limit)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -167,7 +166,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			return nil
 		})
 		if cfg.Claim {
-			claim, err := claimClusterID(gctx, cfg, kube, capi, conn.scope, log)
+			claim, err := claimClusterID(gctx, cfg, kube, conn.Conn, conn.scope, log)
 			if consul.IsPermissionDenied(err) {
 				return conn.permissionError(cfg, "claim the cluster id", err)
 			}
@@ -201,76 +200,16 @@ func kubeConfig(cfg config) (*rest.Config, error) {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 }
 
-// consulConfig starts from consul/api's DefaultConfig (the CONSUL_* variables)
-// and applies the flags that were set.
-func consulConfig(cfg config) *consulapi.Config {
-	c := consulapi.DefaultConfig()
-	if len(cfg.ConsulAddr.values) > 0 {
-		c.Address = cfg.ConsulAddr.values[0]
-	}
-	// The namespace and partition go on each op and read (consul.Scope),
-	// not on every request of the client (logins, sessions, status).
-	c.Namespace, c.Partition = "", ""
-	c.Datacenter = cfg.ConsulDatacenter
-	if c.Datacenter == "" {
-		c.Datacenter = os.Getenv("CONSUL_DATACENTER")
-	}
-	if cfg.ConsulToken != "" {
-		c.Token = cfg.ConsulToken
-	}
-	if cfg.ConsulTokenFile != "" {
-		c.TokenFile = cfg.ConsulTokenFile
-	}
-	if cfg.ConsulCACert != "" {
-		c.TLSConfig.CAFile = cfg.ConsulCACert
-	}
-	if cfg.ConsulCert != "" {
-		c.TLSConfig.CertFile = cfg.ConsulCert
-	}
-	if cfg.ConsulKey != "" {
-		c.TLSConfig.KeyFile = cfg.ConsulKey
-	}
-	if cfg.ConsulTLSName != "" {
-		c.TLSConfig.Address = cfg.ConsulTLSName
-	}
-	if cfg.ConsulSSL {
-		c.Scheme = "https"
-	}
-	return c
-}
-
 // claimClusterID claims the cluster id before anything is written, retrying
 // while Kubernetes or Consul cannot be reached. It returns an error only when
 // another Kubernetes cluster has the id, and nil, nil when ctx ends first.
-func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, capi *consulapi.Client, scope consul.Scope, log hclog.Logger) (*consul.Claim, error) {
+func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consul.Conn, scope consul.Scope, log hclog.Logger) (*consul.Claim, error) {
 	holder, _ := os.Hostname()
-	backoff := 500 * time.Millisecond
-	for {
-		uid, err := k8s.ClusterUID(ctx, kube)
-		if err == nil {
-			var claim *consul.Claim
-			claim, err = consul.ClaimClusterID(ctx, capi, consul.ClaimOptions{
-				Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, KubeUID: uid, Holder: holder,
-				Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
-			})
-			if err == nil {
-				return claim, nil
-			}
-			if errors.Is(err, consul.ErrClaimedByOther) || consul.IsPermissionDenied(err) {
-				return nil, err // no retry mends these
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", backoff, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
+	kubeUID := func(ctx context.Context) (string, error) { return k8s.ClusterUID(ctx, kube) }
+	return conn.ClaimClusterIDRetrying(ctx, kubeUID, consul.ClaimOptions{
+		Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, Holder: holder,
+		Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
+	}, log)
 }
 
 // shardConfig fills the shard flags' defaults that come from the

@@ -9,13 +9,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
-
-	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
@@ -23,7 +20,7 @@ import (
 
 // The operator subcommands (status, purge) reach Consul exactly as the
 // daemon does: the same --consul-* connection flags, their FLEETSYNC_*
-// variables and Consul's own CONSUL_* variables (see consulConfig), and
+// variables and Consul's own CONSUL_* variables (see consul.ConnConfig), and
 // find the cluster-id claims under the same --claim-prefix.
 var consulConnectionFlags = []string{
 	"consul-address", "consul-token", "consul-token-file", "consul-ca-file",
@@ -84,14 +81,6 @@ func commandContext(timeout time.Duration) (context.Context, context.CancelFunc)
 	return ctx, func() { cancel(); stop() }
 }
 
-func consulURL(c *consulapi.Config) string {
-	scheme := c.Scheme
-	if scheme == "" {
-		scheme = "http"
-	}
-	return scheme + "://" + c.Address
-}
-
 func runStatus(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := flag.NewFlagSet("fleetsync status", flag.ContinueOnError)
@@ -117,18 +106,17 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
-	ccfg := consulConfig(cfg)
-	capi, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "fleetsync status: consul client:", err)
-		return 1
-	}
-	rep, err := readStatus(ctx, capi, cfg.ClaimPrefix)
+	conn, err := consul.Open(consulConnConfig(cfg))
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync status:", err)
 		return 1
 	}
-	rep.Consul = consulURL(ccfg)
+	inv, err := conn.Inventory(ctx, cfg.ClaimPrefix, ownership.Finder{})
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsync status:", err)
+		return 1
+	}
+	rep := statusReport{Consul: conn.URL(), Inventory: inv}
 	if *output == "json" {
 		err = writeStatusJSON(stdout, rep)
 	} else {
@@ -141,173 +129,11 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// statusReport is what `fleetsync status` prints.
+// statusReport is what `fleetsync status` prints: the Consul it read and
+// what it found there.
 type statusReport struct {
-	Consul   string          `json:"consul"`
-	Index    uint64          `json:"index"` // the catalog's index when read
-	Clusters []clusterStatus `json:"clusters"`
-	// Other nodes with external-source=kubernetes that are no fleetsync
-	// cluster's node (consul-k8s's k8s-sync, for one).
-	Others []otherNode `json:"other_nodes"`
-}
-
-type clusterStatus struct {
-	ClusterID          string         `json:"cluster_id"`
-	Node               string         `json:"node"`
-	Nodes              int            `json:"nodes"` // synthetic nodes in Consul (see --consul-nodes)
-	Services           int            `json:"services"`
-	Instances          int            `json:"instances"`
-	Passing            int            `json:"passing"`
-	Warning            int            `json:"warning"`
-	Critical           int            `json:"critical"`
-	Foreign            int            `json:"foreign_entries"`
-	LastWriteIndex     uint64         `json:"last_write_index"`
-	InstancesByService map[string]int `json:"instances_by_service"`
-	// Claim is the cluster id's claim in Consul KV; nil when there is none.
-	Claim *claimStatus `json:"claim"`
-}
-
-type claimStatus struct {
-	consul.ClaimValue
-	Held bool `json:"held"` // a live session (a running fleetsync) holds it
-}
-
-type otherNode struct {
-	Node    string `json:"node"`
-	Entries int    `json:"entries"`
-}
-
-func readStatus(ctx context.Context, capi *consulapi.Client, claimPrefix string) (statusReport, error) {
-	q := (&consulapi.QueryOptions{NodeMeta: map[string]string{ownership.MetaExternalSource: ownership.ExternalSource}}).WithContext(ctx)
-	nodes, meta, err := capi.Catalog().Nodes(q)
-	if err != nil {
-		return statusReport{}, fmt.Errorf("list nodes with meta %s=%s: %w", ownership.MetaExternalSource, ownership.ExternalSource, err)
-	}
-	rep := statusReport{Index: meta.LastIndex, Clusters: []clusterStatus{}, Others: []otherNode{}}
-	seen := map[string]bool{}
-	type found struct {
-		cluster ownership.Cluster
-		index   uint64
-		nodes   int
-	}
-	var clusters []*found
-	byID := map[string]*found{}
-	for _, n := range nodes {
-		if cluster, ok := clusterOfNode(n); ok {
-			f := byID[cluster.ID()]
-			if f == nil {
-				f = &found{cluster: cluster}
-				byID[cluster.ID()] = f
-				clusters = append(clusters, f)
-			}
-			f.index = max(f.index, n.ModifyIndex)
-			f.nodes++
-			continue
-		}
-		list, _, err := capi.Catalog().NodeServiceList(n.Node, (&consulapi.QueryOptions{}).WithContext(ctx))
-		if err != nil {
-			return statusReport{}, fmt.Errorf("read services of node %s: %w", n.Node, err)
-		}
-		o := otherNode{Node: n.Node}
-		if list != nil {
-			o.Entries = len(list.Services)
-		}
-		rep.Others = append(rep.Others, o)
-	}
-	for _, f := range clusters {
-		entries, err := consul.NewClient(capi, f.cluster, consul.Options{}).ReadNode(ctx)
-		if err != nil {
-			return statusReport{}, err
-		}
-		s := summarize(f.cluster, f.index, entries)
-		s.Nodes = f.nodes
-		rep.Clusters = append(rep.Clusters, s)
-		seen[f.cluster.ID()] = true
-	}
-	// Claimed ids without a node (nothing written yet, or purged) are
-	// clusters too.
-	ids, err := claimedIDs(ctx, capi, claimPrefix)
-	if err != nil {
-		return statusReport{}, err
-	}
-	for _, id := range ids {
-		if ownership.ValidateClusterID(id) == nil && !seen[id] {
-			rep.Clusters = append(rep.Clusters, clusterStatus{ClusterID: id, InstancesByService: map[string]int{}})
-		}
-	}
-	for i := range rep.Clusters {
-		c := &rep.Clusters[i]
-		v, held, err := consul.ReadClaim(ctx, capi, claimPrefix, c.ClusterID)
-		if err != nil {
-			return statusReport{}, fmt.Errorf("read the claim of cluster %s: %w", c.ClusterID, err)
-		}
-		if v != nil {
-			c.Claim = &claimStatus{ClaimValue: *v, Held: held}
-		}
-	}
-	sort.Slice(rep.Clusters, func(i, j int) bool { return rep.Clusters[i].ClusterID < rep.Clusters[j].ClusterID })
-	sort.Slice(rep.Others, func(i, j int) bool { return rep.Others[i].Node < rep.Others[j].Node })
-	return rep, nil
-}
-
-// claimedIDs lists the cluster ids that have a claim key under prefix.
-func claimedIDs(ctx context.Context, capi *consulapi.Client, prefix string) ([]string, error) {
-	if prefix == "" {
-		prefix = consul.DefaultClaimPrefix
-	}
-	prefix = strings.TrimSuffix(prefix, "/") + "/"
-	keys, _, err := capi.KV().Keys(prefix, "/", (&consulapi.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("list cluster-id claims under %s: %w", prefix, err)
-	}
-	ids := make([]string, 0, len(keys))
-	for _, k := range keys {
-		if id := strings.TrimPrefix(k, prefix); id != "" && !strings.HasSuffix(id, "/") {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
-}
-
-// clusterOfNode returns the cluster whose synthetic node n is: node meta
-// external-source=kubernetes and k8s-cluster=<id>, named k8s-<id> or
-// k8s-<id>.<n>.
-func clusterOfNode(n *consulapi.Node) (ownership.Cluster, bool) {
-	if n.Meta[ownership.MetaExternalSource] != ownership.ExternalSource {
-		return ownership.Cluster{}, false
-	}
-	c, err := ownership.New(n.Meta[ownership.MetaCluster])
-	if err != nil || !c.IsNode(n.Node) {
-		return ownership.Cluster{}, false
-	}
-	return c, true
-}
-
-// summarize counts what is on one cluster's node.
-func summarize(c ownership.Cluster, nodeIndex uint64, entries []consul.Registered) clusterStatus {
-	s := clusterStatus{ClusterID: c.ID(), Node: c.NodeName(), LastWriteIndex: nodeIndex, InstancesByService: map[string]int{}}
-	for _, e := range entries {
-		s.LastWriteIndex = max(s.LastWriteIndex, e.ServiceIndex, e.CheckIndex)
-		if c.Owns(e) != nil {
-			s.Foreign++
-			continue
-		}
-		s.Instances++
-		s.InstancesByService[e.Name]++
-		if !e.HasCheck {
-			continue
-		}
-		switch e.Check.Status {
-		case consul.StatusPassing:
-			s.Passing++
-		case consul.StatusWarning:
-			s.Warning++
-		case consul.StatusCritical:
-			s.Critical++
-		}
-	}
-	s.Services = len(s.InstancesByService)
-	return s
+	Consul string `json:"consul"`
+	consul.Inventory
 }
 
 func writeStatusJSON(w io.Writer, rep statusReport) error {
@@ -353,7 +179,7 @@ func writeStatusTable(w io.Writer, rep statusReport) error {
 	return nil
 }
 
-func claimText(c *claimStatus) string {
+func claimText(c *consul.ClaimStatus) string {
 	if c == nil {
 		return "none"
 	}

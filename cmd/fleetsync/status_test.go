@@ -8,91 +8,22 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
-
 	"github.com/fleetsync/fleetsync/consul"
-	"github.com/fleetsync/fleetsync/ownership"
 )
 
-func mustCluster(t *testing.T, id string) ownership.Cluster {
-	t.Helper()
-	c, err := ownership.New(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// owned returns an entry carrying c's mark, as read from Consul.
-func owned(c ownership.Cluster, name, addr string, status string, svcIndex, checkIndex uint64) consul.Registered {
-	in := c.Stamp(consul.Instance{ID: c.InstanceID("ns", name, addr, 80), Name: name, Address: addr, Port: 80,
-		Check: consul.Check{Status: status}})
-	return consul.Registered{Instance: in, Node: c.NodeName(), ServiceIndex: svcIndex, CheckIndex: checkIndex, HasCheck: status != ""}
-}
-
-func TestClusterOfNode(t *testing.T) {
-	mark := func(id string) map[string]string {
-		return map[string]string{ownership.MetaExternalSource: ownership.ExternalSource, ownership.MetaCluster: id}
-	}
-	cases := []struct {
-		name string
-		node consulapi.Node
-		want string // "" when not a fleetsync cluster node
-	}{
-		{"fleetsync node", consulapi.Node{Node: "k8s-east", Meta: mark("east")}, "east"},
-		{"consul-k8s node", consulapi.Node{Node: "k8s-sync", Meta: map[string]string{ownership.MetaExternalSource: ownership.ExternalSource}}, ""},
-		{"name does not match the id", consulapi.Node{Node: "k8s-west", Meta: mark("east")}, ""},
-		{"invalid id", consulapi.Node{Node: "k8s-East", Meta: mark("East")}, ""},
-		{"other source", consulapi.Node{Node: "k8s-east", Meta: map[string]string{ownership.MetaExternalSource: "nomad", ownership.MetaCluster: "east"}}, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, ok := clusterOfNode(&c.node)
-			if ok != (c.want != "") || (ok && got.ID() != c.want) {
-				t.Errorf("clusterOfNode = %q, %t; want %q", got.ID(), ok, c.want)
-			}
-		})
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	east, west := mustCluster(t, "east"), mustCluster(t, "west")
-	foreign := consul.Registered{Instance: consul.Instance{ID: "by-hand", Name: "web"}, Node: east.NodeName(), ServiceIndex: 90}
-	westOnEast := owned(west, "web", "10.0.0.9", consul.StatusPassing, 95, 96)
-	westOnEast.Node = east.NodeName() // carries west's mark, but sits on east's node: not east's, not west's
-	entries := []consul.Registered{
-		owned(east, "web", "10.0.0.1", consul.StatusPassing, 10, 11),
-		owned(east, "web", "10.0.0.2", consul.StatusWarning, 12, 40),
-		owned(east, "db", "10.0.0.3", consul.StatusCritical, 13, 14),
-		owned(east, "db", "10.0.0.4", "", 15, 0),
-		foreign, westOnEast,
-	}
-	got := summarize(east, 5, entries)
-	want := clusterStatus{ClusterID: "east", Node: "k8s-east", Services: 2, Instances: 4, Passing: 1, Warning: 1, Critical: 1,
-		Foreign: 2, LastWriteIndex: 96, InstancesByService: map[string]int{"web": 2, "db": 2}}
-	gotJSON, _ := json.Marshal(got)
-	wantJSON, _ := json.Marshal(want)
-	if string(gotJSON) != string(wantJSON) {
-		t.Errorf("summarize:\n got %s\nwant %s", gotJSON, wantJSON)
-	}
-	if s := summarize(east, 7, nil); s.LastWriteIndex != 7 || s.Instances != 0 || s.Services != 0 {
-		t.Errorf("empty node: %+v", s)
-	}
-}
-
-var sampleReport = statusReport{
-	Consul: "http://127.0.0.1:8500", Index: 1300,
-	Clusters: []clusterStatus{
+var sampleReport = statusReport{Consul: "http://127.0.0.1:8500", Inventory: consul.Inventory{
+	Index: 1300,
+	Clusters: []consul.ClusterInventory{
 		{ClusterID: "east", Node: "k8s-east", Services: 2, Instances: 5, Passing: 4, Warning: 1, Foreign: 1, LastWriteIndex: 1200,
 			InstancesByService: map[string]int{"web": 3, "db": 2}},
 		{ClusterID: "west-2", Node: "k8s-west-2", Services: 1, Instances: 2, Passing: 2, LastWriteIndex: 990,
-			InstancesByService: map[string]int{"web": 2}, Claim: &claimStatus{Held: true,
+			InstancesByService: map[string]int{"web": 2}, Claim: &consul.ClaimStatus{Held: true,
 				ClaimValue: consul.ClaimValue{ClusterID: "west-2", KubeUID: "7d4c", Holder: "fleetsync-5f6d-x2", ClaimedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}},
-		{ClusterID: "gone", InstancesByService: map[string]int{}, Claim: &claimStatus{
+		{ClusterID: "gone", InstancesByService: map[string]int{}, Claim: &consul.ClaimStatus{
 			ClaimValue: consul.ClaimValue{ClusterID: "gone", KubeUID: "91ab", Holder: "fleetsync-77-q"}}},
 	},
-	Others: []otherNode{{Node: "k8s-sync", Entries: 12}},
-}
+	Others: []consul.OtherNode{{Node: "k8s-sync", Entries: 12}},
+}}
 
 func TestWriteStatusTable(t *testing.T) {
 	var b bytes.Buffer
@@ -146,7 +77,7 @@ func TestWriteStatusJSON(t *testing.T) {
 	}
 	// Empty lists are [] (not null), so scripts can iterate without checks.
 	b.Reset()
-	_ = writeStatusJSON(&b, statusReport{Clusters: []clusterStatus{}, Others: []otherNode{}})
+	_ = writeStatusJSON(&b, statusReport{Inventory: consul.Inventory{Clusters: []consul.ClusterInventory{}, Others: []consul.OtherNode{}}})
 	if !strings.Contains(b.String(), `"clusters": []`) || !strings.Contains(b.String(), `"other_nodes": []`) {
 		t.Errorf("empty JSON: %s", b.String())
 	}
@@ -214,8 +145,8 @@ func TestConsulFlagsAreTheDaemons(t *testing.T) {
 	if err := subFS.Parse([]string{"--consul-address=c:8501", "--consul-ssl", "--consul-token-file=/t"}); err != nil {
 		t.Fatal(err)
 	}
-	cc := consulConfig(subCfg)
-	if cc.Address != "c:8501" || cc.Scheme != "https" || cc.TokenFile != "/t" {
-		t.Errorf("consulConfig from subcommand flags: %+v", cc)
+	cc := consulConnConfig(subCfg)
+	if len(cc.Addresses) != 1 || cc.Addresses[0] != "c:8501" || !cc.SSL || cc.TokenFile != "/t" {
+		t.Errorf("consulConnConfig from subcommand flags: %+v", cc)
 	}
 }

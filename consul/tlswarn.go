@@ -1,4 +1,4 @@
-package main
+package consul
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/consul/api"
 )
 
 // insecureTLSWarnings returns one sentence per setting of c that leaves the
@@ -14,9 +14,9 @@ import (
 // verification turned off (consul/api does that, silently, for
 // CONSUL_HTTP_SSL_VERIFY=false), and an ACL token or basic-auth password
 // sent over plain http to an address that is not this host's. It reads c
-// only, before or after consulapi.NewClient (which moves an https:// or
+// only, before or after api.NewClient (which moves an https:// or
 // unix:// prefix of the address into the scheme and the transport).
-func insecureTLSWarnings(c *consulapi.Config) []string {
+func insecureTLSWarnings(c *api.Config) []string {
 	scheme, host, local := consulEndpoint(c)
 	var out []string
 	if c.TLSConfig.InsecureSkipVerify {
@@ -39,8 +39,8 @@ func insecureTLSWarnings(c *consulapi.Config) []string {
 
 // consulEndpoint returns the scheme the client uses for c, the address it
 // dials (for messages), and whether that stays on this host (a unix socket
-// or a loopback address), as consulapi.NewClient reads c.
-func consulEndpoint(c *consulapi.Config) (scheme, addr string, local bool) {
+// or a loopback address), as api.NewClient reads c.
+func consulEndpoint(c *api.Config) (scheme, addr string, local bool) {
 	scheme, addr = c.Scheme, c.Address
 	if scheme == "" {
 		scheme = "http"

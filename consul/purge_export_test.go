@@ -1,0 +1,41 @@
+package consul
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/test/stack"
+)
+
+// For the tests of package consul_test, which can use package ownership's
+// Cluster (package ownership imports this one).
+
+// PurgeFenceMeta is purgeFenceMeta.
+const PurgeFenceMeta = purgeFenceMeta
+
+// NewPurgePlan is newPurgePlan.
+var NewPurgePlan = newPurgePlan
+
+// Summarize is summarize.
+var Summarize = summarize
+
+// NodeFate is what removeNode did with one node.
+type NodeFate struct {
+	Removed, Gone bool
+	Why           string
+}
+
+// RemoveNode is removeNode on nc.
+func RemoveNode(ctx context.Context, nc nodeCatalog, c ClusterOwner, node *api.Node) (NodeFate, error) {
+	f, err := removeNode(ctx, nc, c, node)
+	return NodeFate{Removed: f.removed, Gone: f.gone, Why: f.why}, err
+}
+
+// PlanNodes are the nodes of p as read.
+func PlanNodes(p PurgePlan) []*api.Node { return p.nodes }
+
+// Agent is the package's real Consul agent; the test is skipped under
+// -short.
+func Agent(t *testing.T) *stack.Consul { return needConsul(t) }

@@ -1,0 +1,91 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Backoff of the start-up retries (Start, ClaimClusterIDRetrying).
+const (
+	startBackoff    = 500 * time.Millisecond
+	startMaxBackoff = 30 * time.Second
+)
+
+// Start logs in (when the connection logs in, see DialOptions.Login), then
+// checks store's scope (Client.CheckScope) and the token's permissions on
+// perms, retrying while Consul cannot be reached. It returns an error only
+// for what no retry mends: the login refused (ErrLogin), a namespace or
+// partition Consul does not have (ErrEnterpriseOnly), a permission the
+// policy lacks (ErrNotPermitted); and nil when ctx ends first.
+func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []Permission, log hclog.Logger) error {
+	backoff := startBackoff
+	loggedIn := cn.tokens == nil || cn.tokens.login == nil
+	for {
+		var err error
+		if !loggedIn {
+			if err = cn.tokens.Login(ctx); err == nil {
+				loggedIn = true
+			} else if errors.Is(err, ErrLogin) {
+				return err
+			}
+		}
+		if loggedIn {
+			if err = store.CheckScope(ctx); err == nil {
+				err = cn.Permissions(ctx, scope, perms)
+				if err == nil || errors.Is(err, ErrNotPermitted) {
+					return err
+				}
+			}
+			if errors.Is(err, ErrEnterpriseOnly) {
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("Cannot reach Consul yet; retrying", "retry_in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, startMaxBackoff)
+	}
+}
+
+// ClaimClusterIDRetrying claims opts.ClusterID for the Kubernetes cluster
+// whose UID kubeUID reads, before anything is written, retrying while
+// Kubernetes or Consul cannot be reached. It returns an error only when
+// another Kubernetes cluster has the id (ErrClaimedByOther) or the token
+// may not claim it (IsPermissionDenied), and nil, nil when ctx ends first.
+// opts.KubeUID is set from kubeUID.
+func (cn *Conn) ClaimClusterIDRetrying(ctx context.Context, kubeUID func(context.Context) (string, error), opts ClaimOptions, log hclog.Logger) (*Claim, error) {
+	backoff := startBackoff
+	for {
+		uid, err := kubeUID(ctx)
+		if err == nil {
+			opts.KubeUID = uid
+			var claim *Claim
+			claim, err = cn.ClaimClusterID(ctx, opts)
+			if err == nil {
+				return claim, nil
+			}
+			if errors.Is(err, ErrClaimedByOther) || IsPermissionDenied(err) {
+				return nil, err // no retry mends these
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, startMaxBackoff)
+	}
+}
