@@ -1,0 +1,186 @@
+// Package repo checks the repository itself: no build output is tracked or
+// can be added by accident, and every documented build command writes its
+// binary under bin/ or out/ (both ignored). It needs git and the go command,
+// and skips without a git checkout (a source tarball).
+package repo
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// maxTrackedSize is the largest file the repository may track: its largest
+// today (a tool module's go.sum) is 130 KB; the binaries once committed at
+// the root were 45 and 48 MB.
+const maxTrackedSize = 1 << 20
+
+func root(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..")
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		t.Skipf("not a git checkout (%v)", err)
+	}
+	return dir
+}
+
+func command(t *testing.T, dir, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return out
+}
+
+// ignored reports whether git ignores path (relative to the root).
+func ignored(t *testing.T, dir, p string) bool {
+	t.Helper()
+	cmd := exec.Command("git", "check-ignore", "-q", "--no-index", p)
+	cmd.Dir = dir
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		return false
+	default:
+		t.Fatalf("git check-ignore %s: %v", p, err)
+		return false
+	}
+}
+
+// TestRootBuildOutputsIgnored: `go build ./<pkg>` at the root writes a
+// binary named after the package's last path element; for every main
+// package of the module that name is ignored, so a stray build cannot be
+// committed (fleetsync and bench once were: 94 MB of a clone).
+func TestRootBuildOutputsIgnored(t *testing.T) {
+	dir := root(t)
+	out := command(t, dir, "go", "list", "-f", `{{if eq .Name "main"}}{{.ImportPath}}{{end}}`, "./...")
+	mains := strings.Fields(string(out))
+	if len(mains) == 0 {
+		t.Fatal("go list found no main package")
+	}
+	for _, pkg := range mains {
+		name := path.Base(pkg)
+		for _, p := range []string{name, name + ".exe", "bin/" + name, "out/" + name} {
+			if !ignored(t, dir, p) {
+				t.Errorf("%s (go build of %s) is not ignored: add /%s (and /*.exe) to .gitignore", p, pkg, name)
+			}
+		}
+	}
+	for _, p := range []string{"fleetsync.test", "cpu.prof"} {
+		if !ignored(t, dir, p) {
+			t.Errorf("%s is not ignored", p)
+		}
+	}
+	// The rule is per name, not "everything at the root": these stay visible.
+	for _, p := range []string{"LICENSE", "NOTICE", "go.work", "cmd/fleetsync/main.go"} {
+		if ignored(t, dir, p) {
+			t.Errorf("%s is ignored; only build outputs should be", p)
+		}
+	}
+}
+
+// TestNoTrackedBinaries: no tracked file is an executable binary (ELF,
+// Mach-O, PE) or larger than maxTrackedSize.
+func TestNoTrackedBinaries(t *testing.T) {
+	dir := root(t)
+	out := command(t, dir, "git", "ls-files", "-z")
+	magics := [][]byte{
+		{0x7f, 'E', 'L', 'F'},
+		{0xfe, 0xed, 0xfa, 0xce}, {0xfe, 0xed, 0xfa, 0xcf}, {0xce, 0xfa, 0xed, 0xfe}, {0xcf, 0xfa, 0xed, 0xfe},
+		{'M', 'Z'},
+	}
+	n := 0
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted in the work tree, not yet committed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			t.Fatal(err)
+		}
+		head := make([]byte, 4)
+		k, _ := f.Read(head)
+		f.Close()
+		n++
+		if st.Size() > maxTrackedSize {
+			t.Errorf("%s is tracked and %d bytes (limit %d): a build output or data that belongs outside the repository?", name, st.Size(), maxTrackedSize)
+		}
+		for _, m := range magics {
+			if bytes.HasPrefix(head[:k], m) {
+				t.Errorf("%s is tracked and an executable binary (starts %q): remove it (git rm --cached) and build into bin/", name, head[:k])
+			}
+		}
+	}
+	if n < 100 {
+		t.Fatalf("only %d tracked files read", n)
+	}
+}
+
+// buildCommand is a `go build` in a Makefile recipe, a script or a
+// documented shell command.
+var buildCommand = regexp.MustCompile(`(\$\(GO\)|\bgo) build\b`)
+
+// TestBuildCommandsWriteToBinOrOut: every `go build` that the Makefile,
+// the CI script or a doc runs or tells the reader to run names its output
+// under bin/ or out/. (test/tools/build.sh builds the servers into the
+// tool cache outside the checkout, and test/fixture into a temp dir; the
+// image build in deploy/Dockerfile writes inside the build container.)
+func TestBuildCommandsWriteToBinOrOut(t *testing.T) {
+	dir := root(t)
+	files := []string{"Makefile", "README.md", "deploy/README.md"}
+	for _, glob := range []string{".ci/*", "docs/*.md"} {
+		m, err := filepath.Glob(filepath.Join(dir, glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m {
+			rel, _ := filepath.Rel(dir, f)
+			files = append(files, rel)
+		}
+	}
+	output := regexp.MustCompile(`\s-o\s+(bin|out)/`)
+	seen := 0
+	for _, name := range files {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for line := 1; sc.Scan(); line++ {
+			text := sc.Text()
+			if !buildCommand.MatchString(text) {
+				continue
+			}
+			seen++
+			if !output.MatchString(text) {
+				t.Errorf("%s:%d: %q builds without -o bin/... or -o out/... (at the root it would write a binary into the checkout)", name, line, strings.TrimSpace(text))
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no go build command found, not even make build's")
+	}
+}
