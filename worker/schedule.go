@@ -1,9 +1,14 @@
 package worker
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/fleetsync/fleetsync/consul/backoff"
 )
+
+// flushJitter spreads the retries of workers that failed together (Consul
+// away) over 80% to 120% of their backoff.
+const flushJitter = 0.2
 
 // scheduler holds the window rules; it is pure (times are passed in).
 type scheduler struct {
@@ -38,13 +43,8 @@ func (s *scheduler) flushed(now time.Time, err error) {
 		return
 	}
 	s.failures++
-	d := s.minBackoff << min(s.failures-1, 20)
-	if d > s.maxBackoff || d <= 0 {
-		d = s.maxBackoff
-	}
-	// Jitter: 80% to 120%.
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	s.retryAt = now.Add(d)
+	p := backoff.Policy{Min: s.minBackoff, Max: s.maxBackoff, Jitter: flushJitter}
+	s.retryAt = now.Add(p.Delay(s.failures))
 }
 
 func (s *scheduler) state() State {
