@@ -245,8 +245,9 @@ var (
 	restartBackoff = backoff.Policy{Min: time.Second, Max: 30 * time.Second, Jitter: 0.2}
 )
 
-// readOwned reads our node in one request, retrying with backoff until it
-// succeeds or ctx is done.
+// readOwned reads the entries on our nodes (Store.ReadNode: the whole
+// fleet's at once, not one read per worker) and groups the owned ones by
+// Service, retrying with backoff until it succeeds or ctx is done.
 func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Registered, int, error) {
 	retry := backoff.New(readBackoff)
 	for {
