@@ -22,8 +22,12 @@ GOTESTFLAGS ?=
 help: ## List the targets (this message).
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the fleetsync binary into bin/fleetsync.
-	$(GO) build -o bin/fleetsync ./cmd/fleetsync
+# What `make build` stamps into the binary (fleetsync --version prints both).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+build: ## Build bin/fleetsync, stamped with VERSION (git describe --always --dirty) and COMMIT.
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/fleetsync ./cmd/fleetsync
 
 test: tools ## Run every test (unit and end-to-end against real kube-apiserver, etcd and Consul) with -race.
 	bin="$$(bash test/tools/build.sh $(STACK_TOOLS) 2>/dev/null)"; \

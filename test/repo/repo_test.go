@@ -1,7 +1,8 @@
 // Package repo checks the repository itself: no build output is tracked or
-// can be added by accident, and every documented build command writes its
-// binary under bin/ or out/ (both ignored). It needs git and the go command,
-// and skips without a git checkout (a source tarball).
+// can be added by accident, every documented build command writes its
+// binary under bin/ or out/ (both ignored), and make build stamps the
+// version. It needs git, make and the go command, and skips without a git
+// checkout (a source tarball).
 package repo
 
 import (
@@ -182,5 +183,37 @@ func TestBuildCommandsWriteToBinOrOut(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Error("no go build command found, not even make build's")
+	}
+}
+
+// TestMakeBuildStampsVersion: the binary of make build prints, with
+// --version, what git describe --always --dirty says of the checkout and
+// the commit. It runs make build's own command (make -n), writing the
+// binary into a temp dir instead of bin/.
+func TestMakeBuildStampsVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fleetsync")
+	}
+	dir := root(t)
+	describe := strings.TrimSpace(string(command(t, dir, "git", "describe", "--always", "--dirty")))
+	rev := strings.TrimSpace(string(command(t, dir, "git", "rev-parse", "HEAD")))
+	var build string
+	for _, line := range strings.Split(string(command(t, dir, "make", "-n", "build")), "\n") {
+		if buildCommand.MatchString(line) {
+			build = line
+		}
+	}
+	if !strings.Contains(build, "-X main.version="+describe+" ") || !strings.Contains(build, "-X main.commit="+rev) {
+		t.Fatalf("make build runs %q; want -X main.version=%s and -X main.commit=%s", build, describe, rev)
+	}
+	bin := filepath.Join(t.TempDir(), "fleetsync")
+	if !strings.Contains(build, " -o bin/fleetsync ") {
+		t.Fatalf("make build runs %q; want -o bin/fleetsync", build)
+	}
+	command(t, dir, "bash", "-c", strings.Replace(build, " -o bin/fleetsync ", " -o "+bin+" ", 1))
+	out := string(command(t, dir, bin, "--version"))
+	want := "fleetsync " + describe + " (commit " + rev + ", " + runtime.Version() + ")\n"
+	if out != want {
+		t.Errorf("fleetsync --version = %q, want %q", out, want)
 	}
 }
