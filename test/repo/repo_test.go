@@ -1,7 +1,7 @@
 // Package repo checks the repository itself: no build output is tracked or
 // can be added by accident, every documented build command writes its
-// binary under bin/ or out/ (both ignored), and make build stamps the
-// version. It needs git, make and the go command, and skips without a git
+// binary under bin/ or out/ (both ignored), make build stamps the
+// version, and make docs regenerates every generated doc. It needs git, make and the go command, and skips without a git
 // checkout (a source tarball).
 package repo
 
@@ -9,12 +9,17 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -215,5 +220,68 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 	want := "fleetsync " + describe + " (commit " + rev + ", " + runtime.Version() + ")\n"
 	if out != want {
 		t.Errorf("fleetsync --version = %q, want %q", out, want)
+	}
+}
+
+// TestMakeDocsRegeneratesEveryGeneratedDoc: every test that rewrites its
+// doc when UPDATE_DOCS is set (docs/configuration.md, docs/metrics.md, and
+// any added later) is run by make docs with UPDATE_DOCS=1.
+func TestMakeDocsRegeneratesEveryGeneratedDoc(t *testing.T) {
+	dir := root(t)
+	type docTest struct{ pkg, name string }
+	var tests []docTest
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			if rel == ".git" || rel == "test/tools" || strings.HasPrefix(d.Name(), ".") && rel != "." {
+				return filepath.SkipDir // not this module's code
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && lit.Value == `"UPDATE_DOCS"` {
+					tests = append(tests, docTest{pkg: "./" + filepath.ToSlash(filepath.Dir(rel)), name: fn.Name.Name})
+					return false
+				}
+				return true
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) < 2 {
+		t.Fatalf("found %d tests that write a doc under UPDATE_DOCS, want at least TestConfigurationDoc and TestMetricsDoc: %v", len(tests), tests)
+	}
+	recipe := strings.Split(string(command(t, dir, "make", "-n", "docs")), "\n")
+	for _, dt := range tests {
+		found := false
+		for _, line := range recipe {
+			f := strings.Fields(line)
+			if len(f) > 0 && f[0] == "UPDATE_DOCS=1" && strings.Contains(line, " test ") &&
+				strings.Contains(line, "-run '^"+dt.name+"$'") && slices.Contains(f, dt.pkg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("make docs does not run %s in %s with UPDATE_DOCS=1; it runs:\n%s", dt.name, dt.pkg, strings.Join(recipe, "\n"))
+		}
 	}
 }
