@@ -79,3 +79,18 @@ func TestReadOwnedBacksOff(t *testing.T) {
 		t.Fatal("readOwned did not return after the reads succeeded")
 	}
 }
+
+// TestRestartBackoff: a crashed worker is restarted after 1s, 2s, 4s, 8s,
+// 16s, then every 30s (each jittered to 80-120%).
+func TestRestartBackoff(t *testing.T) {
+	for n, base := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second} {
+		for range 100 {
+			if d := restartBackoff.Delay(n + 1); d < base*8/10 || d >= base*12/10 {
+				t.Fatalf("restart %d after %v, want %v +-20%%", n+1, d, base)
+			}
+		}
+	}
+	if d := restartBackoff.Delay(1000); d < 24*time.Second || d >= 36*time.Second {
+		t.Errorf("restart 1000 after %v, want 30s +-20%%", d)
+	}
+}
