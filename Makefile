@@ -17,13 +17,17 @@ TEST_TIMEOUT ?= 30m
 PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: help build test test-unit tools lint demo bench soak soak-test clean
+.PHONY: help build test test-unit tools lint docs demo bench soak soak-test clean
 
 help: ## List the targets (this message).
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build the fleetsync binary into bin/fleetsync.
-	$(GO) build -o bin/fleetsync ./cmd/fleetsync
+# What `make build` stamps into the binary (fleetsync --version prints both).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+build: ## Build bin/fleetsync, stamped with VERSION (git describe --always --dirty) and COMMIT.
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/fleetsync ./cmd/fleetsync
 
 test: tools ## Run every test (unit and end-to-end against real kube-apiserver, etcd and Consul) with -race.
 	bin="$$(bash test/tools/build.sh $(STACK_TOOLS) 2>/dev/null)"; \
@@ -40,6 +44,12 @@ lint: ## gofmt (must list nothing), go vet and staticcheck.
 		if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	"$$(bash test/tools/build.sh staticcheck)/staticcheck" ./...
+
+# Every test that writes its doc under UPDATE_DOCS (test/repo checks that
+# none is missing here).
+docs: ## Regenerate the docs generated from the code (docs/configuration.md, docs/metrics.md); tests fail when they are stale.
+	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestConfigurationDoc$$' ./cmd/fleetsync
+	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestMetricsDoc$$' ./supervisor
 
 demo: ## Run the demo (test/demo) against a local stack.
 	$(GO) run ./test/demo

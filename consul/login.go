@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul/backoff"
 )
 
 const (
@@ -59,7 +61,7 @@ type login struct {
 	mu       sync.Mutex // serialises logins; guards the fields below
 	accessor string     // of the current token (not secret; logged)
 	next     time.Time  // no login before this
-	backoff  time.Duration
+	retry    backoff.Backoff
 	// sawOK is set when a request succeeded with a token; a login after
 	// that starts the backoff again from MinBackoff.
 	sawOK atomic.Bool
@@ -84,7 +86,7 @@ func (ts *TokenSource) UseLogin(c *api.Client, cfg LoginConfig) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	ts.login = &login{cfg: cfg, api: c, backoff: cfg.MinBackoff}
+	ts.login = &login{cfg: cfg, api: c, retry: backoff.Backoff{Policy: backoff.Policy{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}}}
 }
 
 // Login logs in now (at start). An error matching ErrLogin is final: the
@@ -112,14 +114,13 @@ func (ts *TokenSource) relogin(ctx context.Context, used string) error {
 	}
 	now := l.cfg.Clock.Now()
 	if l.sawOK.Swap(false) {
-		l.backoff = l.cfg.MinBackoff
+		l.retry.Reset()
 	} else if now.Before(l.next) {
 		return fmt.Errorf("consul login: next try in %s", l.next.Sub(now).Round(time.Millisecond))
 	}
 	ts.log.Warn("Consul does not know the login token (deleted or expired); logging in again", "auth_method", l.cfg.AuthMethod, "accessor_id", l.accessor)
 	err := ts.loginLocked(ctx)
-	l.next = now.Add(l.backoff)
-	l.backoff = min(2*l.backoff, l.cfg.MaxBackoff)
+	l.next = now.Add(l.retry.Next())
 	if err != nil {
 		ts.log.Error("Cannot log in to Consul again", "auth_method", l.cfg.AuthMethod, "retry_in", l.next.Sub(now), "error", err)
 	}

@@ -235,6 +235,23 @@ func TestLoginBackoff(t *testing.T) {
 	}
 	want++
 	check("a deletion after a success")
+	// After that success the backoff starts again from MinBackoff: tokens
+	// gone at once again are retried after 1s, not after the 16s reached
+	// above.
+	f.mu.Lock()
+	f.dropAtOnce = true
+	f.mu.Unlock()
+	f.deleteAll()
+	_ = request()
+	want++
+	check("a deletion after a success, tokens gone at once again")
+	s.clk.Step(time.Second - time.Millisecond)
+	_ = request()
+	check("MinBackoff after it, less 1ms")
+	s.clk.Step(time.Millisecond)
+	_ = request()
+	want++
+	check("MinBackoff after it")
 }
 
 // TestLoginRefused: a bearer token the auth method refuses, or an auth

@@ -6,9 +6,11 @@
 // Lifecycle of Run:
 //
 //  1. Starting: the informers start and sync; the owned Consul state (every
-//     entry on our node carrying our mark) is read in one bulk request,
-//     retried with backoff while Consul is unreachable. Nothing is written
-//     and nothing is deregistered before both are complete.
+//     entry on our nodes carrying our mark) is read once for the whole
+//     fleet (Store.ReadNode: one request listing our nodes, then each
+//     node's services and checks, up to two requests per node, four nodes
+//     at a time), retried with backoff while Consul is unreachable. Nothing
+//     is written and nothing is deregistered before both are complete.
 //  2. Running (Bootstrapped reports true): a worker runs for every selected
 //     Service and for every Service that still has owned instances in Consul
 //     (one deleted while fleetsync was down, say: its worker deregisters them

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/backoff"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/worker"
@@ -237,10 +237,19 @@ func (s *Supervisor) retryAll() int {
 	return len(s.workers)
 }
 
-// readOwned reads our node in one request, retrying with backoff until it
-// succeeds or ctx is done.
+// The waits of the bootstrap read's retries, and of a crashed worker's
+// restarts (counted over the worker's life, never reset: a Service whose
+// worker keeps crashing settles at one restart per 30 s).
+var (
+	readBackoff    = backoff.Policy{Min: 200 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
+	restartBackoff = backoff.Policy{Min: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+)
+
+// readOwned reads the entries on our nodes (Store.ReadNode: the whole
+// fleet's at once, not one read per worker) and groups the owned ones by
+// Service, retrying with backoff until it succeeds or ctx is done.
 func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Registered, int, error) {
-	backoff := 200 * time.Millisecond
+	retry := backoff.New(readBackoff)
 	for {
 		entries, err := s.opts.Store.ReadNode(ctx)
 		if err == nil {
@@ -251,15 +260,15 @@ func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Regist
 			return nil, 0, ctx.Err()
 		}
 		s.opts.Hooks.BootstrapReadFailed(err)
-		s.log.Warn("Cannot read owned state from Consul; retrying", "retry_in", backoff, "error", err)
-		t := s.opts.Clock.NewTimer(jitter(backoff))
+		wait := retry.Next()
+		s.log.Warn("Cannot read owned state from Consul; retrying", "retry_in", wait, "error", err)
+		t := s.opts.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, 0, ctx.Err()
 		case <-t.C():
 		}
-		backoff = min(backoff*2, 30*time.Second)
 	}
 }
 
@@ -460,7 +469,7 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 		s.opts.Hooks.WorkerRestarted(key)
 		s.log.Error("Worker crashed; restarting", "namespace", key.Namespace, "service", key.Name,
 			"restarts", e.restarts, "error", err)
-		t := s.opts.Clock.NewTimer(jitter(min(time.Second<<min(e.restarts-1, 5), 30*time.Second)))
+		t := s.opts.Clock.NewTimer(restartBackoff.Delay(e.restarts))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -565,10 +574,6 @@ func countOwned(m map[k8s.Key][]consul.Registered) int {
 		n += len(v)
 	}
 	return n
-}
-
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 // Selector returns the selection rules.

@@ -12,7 +12,8 @@
 // consul package, as stamped values (package ownership). Work is level-based:
 // Notify means "look again", never "apply this delta".
 //
-// Window rules (W is --window or the fleetsync.io/window annotation):
+// Window rules (W is --window or the fleetsync.io/window annotation; the
+// pure scheduler in schedule.go applies them, table-tested):
 //
 //   - Leading edge: a change that arrives when the last flush completed at
 //     least W ago is flushed at once. (A flush here is a write, or a failed
@@ -23,8 +24,9 @@
 //     completed, so a service that never goes quiet is written once per W.
 //   - Gate: nothing is flushed before Options.Gate is closed (bootstrap).
 //   - Errors: a failed flush is retried after max(W, backoff), backoff
-//     doubling from MinBackoff to MaxBackoff with jitter; newer changes join
-//     the retry. A CAS conflict re-reads the owned state and diffs again.
+//     doubling from MinBackoff to MaxBackoff with 80-120% jitter
+//     (consul/backoff); newer changes join the retry. A CAS conflict
+//     re-reads the owned state and diffs again.
 //
 // A Service whose annotations cannot be used is reported (log and Event) and
 // left as it is in Consul: a typo never deregisters live instances. A Service

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -678,55 +677,6 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("worker panicked: %v", e.Value) }
-
-// scheduler holds the window rules; it is pure (times are passed in).
-type scheduler struct {
-	window                 time.Duration
-	isolated               bool // the flush about to run is a leading edge
-	dirty                  bool
-	lastFlush              time.Time // completion of the last flush; zero: never
-	failures               int
-	retryAt                time.Time
-	minBackoff, maxBackoff time.Duration
-}
-
-// wait returns how long until a pending change may be flushed: 0 at once.
-// Leading edge: at least W since the last flush means now. Otherwise the
-// flush waits for the end of the window that started when the last flush
-// completed; after failures, for the backoff too.
-func (s *scheduler) wait(now time.Time) time.Duration {
-	next := s.lastFlush.Add(s.window)
-	if s.failures > 0 && s.retryAt.After(next) {
-		next = s.retryAt
-	}
-	if s.lastFlush.IsZero() && s.failures == 0 {
-		return 0
-	}
-	return next.Sub(now)
-}
-
-func (s *scheduler) flushed(now time.Time, err error) {
-	s.lastFlush = now
-	if err == nil {
-		s.failures = 0
-		return
-	}
-	s.failures++
-	d := s.minBackoff << min(s.failures-1, 20)
-	if d > s.maxBackoff || d <= 0 {
-		d = s.maxBackoff
-	}
-	// Jitter: 80% to 120%.
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	s.retryAt = now.Add(d)
-}
-
-func (s *scheduler) state() State {
-	if s.failures > 0 {
-		return StateBackingOff
-	}
-	return StatePending
-}
 
 // unreachable reports whether a flush failed for want of an answer from
 // Consul, rather than because Consul refused the change.

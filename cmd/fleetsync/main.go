@@ -15,12 +15,6 @@ import (
 	"syscall"
 )
 
-// Set with -ldflags "-X main.version=... -X main.commit=...".
-var (
-	version = "dev"
-	commit  = "unknown"
-)
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
