@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fleetsync/fleetsync/consul/backoff"
 )
 
-// Backoff of the start-up retries (Start, ClaimClusterIDRetrying).
-const (
-	startBackoff    = 500 * time.Millisecond
-	startMaxBackoff = 30 * time.Second
-)
+// startBackoff is the backoff of the start-up retries (Start,
+// ClaimClusterIDRetrying): 500ms doubling to 30s.
+var startBackoff = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 
 // Start logs in (when the connection logs in, see DialOptions.Login), then
 // checks store's scope (Client.CheckScope) and the token's permissions on
@@ -21,7 +21,7 @@ const (
 // partition Consul does not have (ErrEnterpriseOnly), a permission the
 // policy lacks (ErrNotPermitted); and nil when ctx ends first.
 func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []Permission, log hclog.Logger) error {
-	backoff := startBackoff
+	retry := backoff.New(startBackoff)
 	loggedIn := cn.tokens == nil || cn.tokens.login == nil
 	for {
 		var err error
@@ -46,13 +46,13 @@ func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []P
 		if ctx.Err() != nil {
 			return nil
 		}
-		log.Warn("Cannot reach Consul yet; retrying", "retry_in", backoff, "error", err)
+		wait := retry.Next()
+		log.Warn("Cannot reach Consul yet; retrying", "retry_in", wait, "error", err)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, startMaxBackoff)
 	}
 }
 
@@ -63,7 +63,7 @@ func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []P
 // may not claim it (IsPermissionDenied), and nil, nil when ctx ends first.
 // opts.KubeUID is set from kubeUID.
 func (cn *Conn) ClaimClusterIDRetrying(ctx context.Context, kubeUID func(context.Context) (string, error), opts ClaimOptions, log hclog.Logger) (*Claim, error) {
-	backoff := startBackoff
+	retry := backoff.New(startBackoff)
 	for {
 		uid, err := kubeUID(ctx)
 		if err == nil {
@@ -80,12 +80,12 @@ func (cn *Conn) ClaimClusterIDRetrying(ctx context.Context, kubeUID func(context
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", backoff, "error", err)
+		wait := retry.Next()
+		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", wait, "error", err)
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, startMaxBackoff)
 	}
 }
