@@ -184,10 +184,15 @@ func (w *world) stop() {
 		for _, r := range c.replicas {
 			if d := r.daemon(); d != nil {
 				_ = d.Stop()
-				// Keep the log (its last process's) beside result.json.
-				if b, err := os.ReadFile(d.LogPath); err == nil {
-					_ = os.WriteFile(filepath.Join(w.opts.out, "fleetsync-"+r.id+".log"), b, 0o644)
+				// Keep the logs of every process of the replica beside result.json.
+				var all []byte
+				for i, path := range d.Logs() {
+					if b, err := os.ReadFile(path); err == nil {
+						all = fmt.Appendf(all, "=== process %d of replica %s ===\n", i+1, r.id)
+						all = append(all, b...)
+					}
 				}
+				_ = os.WriteFile(filepath.Join(w.opts.out, "fleetsync-"+r.id+".log"), all, 0o644)
 				_ = d.Close()
 			}
 			if r.proxy != nil {
