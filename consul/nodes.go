@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -82,99 +80,6 @@ type nodeRegistry struct {
 	high map[string]uint64
 	// witnesses are the latest committed service writes, newest last.
 	witnesses []Witness
-}
-
-// Witness is one committed service write: the entry must be in Consul at
-// that index (or a later one of ours) unless Consul lost or rolled it back.
-type Witness struct {
-	Node, ID, Name string
-	Index          uint64
-	At             time.Time // when it was committed
-}
-
-// Witnesses are kept one per witnessEvery at most, for witnessFor.
-const (
-	witnessEvery = 500 * time.Millisecond
-	witnessFor   = 5 * time.Minute
-)
-
-// witnessed records a committed write of an entry (index > 0), or our own
-// delete of it (index 0): a deleted or rewritten entry is no witness. About
-// one write per witnessEvery is kept, and the newest, for witnessFor: a
-// restore of a snapshot of any age up to that undoes at least one of them,
-// and so does a crash that loses the last writes.
-func (r *nodeRegistry) witnessed(w Witness) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID || w.At.Sub(o.At) > witnessFor })
-	if w.Index == 0 {
-		return
-	}
-	// The newest write is always a witness (a crash loses the last writes
-	// first); it replaces the newest one kept when both fall within
-	// witnessEvery of the one before.
-	if n := len(r.witnesses); n > 1 && w.At.Sub(r.witnesses[n-2].At) < witnessEvery {
-		r.witnesses[n-1] = w
-		return
-	}
-	r.witnesses = append(r.witnesses, w)
-}
-
-// unwitness retires the witness of entry id, if any.
-func (r *nodeRegistry) unwitness(id string) {
-	if id == "" {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == id })
-}
-
-// ForgetWitnesses retires the witnesses of the entries whose ID starts
-// with prefix: a Service this process no longer syncs (another replica
-// took it over, or it is gone) may be rewritten or deleted by others.
-func (c *Client) ForgetWitnesses(prefix string) {
-	c.nodes.mu.Lock()
-	defer c.nodes.mu.Unlock()
-	c.nodes.witnesses = slices.DeleteFunc(c.nodes.witnesses, func(o Witness) bool { return strings.HasPrefix(o.ID, prefix) })
-}
-
-// Witnesses returns the standing witnesses, oldest first (none since the
-// start or the last ResetCommitted).
-func (c *Client) Witnesses() []Witness {
-	c.nodes.mu.Lock()
-	defer c.nodes.mu.Unlock()
-	return slices.Clone(c.nodes.witnesses)
-}
-
-// IsWitness reports whether w is still a standing witness (no later write
-// or delete of ours replaced it).
-func (c *Client) IsWitness(w Witness) bool {
-	c.nodes.mu.Lock()
-	defer c.nodes.mu.Unlock()
-	return slices.Contains(c.nodes.witnesses, w)
-}
-
-// ReadWitness reads w's entry (one small request): its service index, or
-// found false when it is not in Consul.
-func (c *Client) ReadWitness(ctx context.Context, w Witness) (index uint64, found bool, err error) {
-	if err := c.reads.Acquire(ctx, 1); err != nil {
-		return 0, false, err
-	}
-	defer c.reads.Release(1)
-	rctx, cancel := c.reqCtx(ctx)
-	defer cancel()
-	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
-	entries, _, err := c.api.HealthService(w.Name, q)
-	if err != nil {
-		return 0, false, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))
-	}
-	for _, e := range entries {
-		if e.Service != nil && e.Node != nil && e.Service.ID == w.ID && e.Node.Node == w.Node {
-			return e.Service.ModifyIndex, true, nil
-		}
-	}
-	return 0, false, nil
 }
 
 func (r *nodeRegistry) sawIndex(node string, i uint64) {

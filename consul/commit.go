@@ -1,0 +1,155 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// commitGroups sends one transaction: the guard op, the node ops, then the
+// groups' ops. A failed guard is re-checked once (the claim may only have
+// changed hands between this cluster's own replicas) before it is returned.
+func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*api.TxnResponse, error) {
+	guard := c.currentGuard()
+	if guard != nil && c.unsure.Load() {
+		// The last request got no answer: Consul may be back without
+		// its data (the claim key gone) or restored. Re-check the guard
+		// (a read) rather than send a transaction bound to fail.
+		if err := guard.Failed(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		var ops api.TxnOps
+		guarded := 0
+		if guard != nil {
+			op, err := guard.Op()
+			if err != nil {
+				return nil, err
+			}
+			ops, guarded = append(ops, op), 1
+		}
+		nodeOps, created, err := c.nodeOps(ctx, nodes)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, nodeOps...)
+		for _, g := range groups {
+			ops = append(ops, g.ops...)
+		}
+		resp, err := c.commit(ctx, ops)
+		if err == nil {
+			c.recordNodes(resp)
+			created()
+			c.unsure.Store(false)
+			return resp, nil
+		}
+		created()
+		var te *TxnError
+		if !errors.As(err, &te) {
+			// No answer: Consul may come back without its data (or
+			// restored), so the nodes and the guard are read again
+			// before the next transaction instead of a CAS on what
+			// they were.
+			c.nodes.forget()
+			c.unsure.Store(true)
+			return nil, err
+		}
+		te.locate(ops, guarded, len(nodeOps), groups)
+		if len(te.Nodes) > 0 {
+			c.nodes.forget() // re-read before the next node op
+		}
+		if te.Guard {
+			if gerr := guard.Failed(ctx); gerr != nil {
+				return nil, gerr
+			}
+			if attempt == 0 {
+				continue
+			}
+		}
+		return nil, te
+	}
+}
+
+func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, error) {
+	start := time.Now()
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	ok, resp, _, err := c.api.Txn(ops, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
+	if err == nil && !ok {
+		err = txnError(resp)
+	}
+	if c.opts.Observe != nil {
+		c.opts.Observe(len(ops), time.Since(start).Seconds(), err)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var te *TxnError
+		if errors.As(err, &te) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("consul transaction of %d ops: %w", len(ops), c.ctxErr(ctx, err))
+	}
+	return resp, nil
+}
+
+// recordNodes notes the nodes a committed transaction wrote (their node ops'
+// results), for the next node ops.
+func (c *Client) recordNodes(resp *api.TxnResponse) {
+	if resp == nil {
+		return
+	}
+	for _, r := range resp.Results {
+		if r.Node != nil {
+			c.nodes.written(r.Node.Node, r.Node.CreateIndex, r.Node.ModifyIndex, r.Node.Address, r.Node.Meta)
+		}
+	}
+}
+
+// collect records what the committed groups wrote: the instance sent, with
+// the new indexes from the results (deletes have no result; an entry that
+// was not rewritten keeps the index it had).
+func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
+	svcIndex := map[string]uint64{}
+	checkIndex := map[string]uint64{}
+	if resp != nil {
+		for _, r := range resp.Results {
+			switch {
+			case r.Service != nil:
+				svcIndex[r.Service.ID] = r.Service.ModifyIndex
+			case r.Check != nil:
+				checkIndex[r.Check.CheckID] = r.Check.ModifyIndex
+			}
+		}
+	}
+	now := time.Now()
+	for _, g := range groups {
+		if g.kind != kindDeregister {
+			c.nodes.sawIndex(g.node, svcIndex[g.want.ID]) // checks do not raise the node index
+		}
+		if g.kind == kindDeregister {
+			done.Deleted = append(done.Deleted, g.have.ID)
+			c.nodes.witnessed(Witness{ID: g.have.ID, At: now})
+			continue
+		}
+		if i := svcIndex[g.want.ID]; i > 0 {
+			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i, At: now})
+		}
+		r := Registered{Instance: g.want, Node: g.node, HasCheck: true, Namespace: c.opts.Scope.NamespaceOf(g.want)}
+		if g.have != nil {
+			r.ServiceIndex, r.CheckIndex = g.have.ServiceIndex, g.have.CheckIndex
+		}
+		if i, ok := svcIndex[g.want.ID]; ok {
+			r.ServiceIndex = i
+		}
+		if i, ok := checkIndex[CheckID(g.want.ID)]; ok {
+			r.CheckIndex = i
+		}
+		done.Written = append(done.Written, r)
+	}
+}
