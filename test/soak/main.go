@@ -8,8 +8,9 @@
 //	    node, a VM's instances of the same names, another cluster's marked
 //	    instance, a tampered copy of one of fleetsync's entries) is never
 //	    modified or deleted (its ModifyIndex never moves);
-//	(b) an instance of a ready endpoint is never missing from Consul, and
-//	    an instance of no ready endpoint never left in it, for longer than
+//	(b) an instance of a ready endpoint is never missing from Consul, an
+//	    instance of no ready endpoint never left in it, and no endpoint
+//	    registered twice, for longer than
 //	    --bound after the last change or the heal of the faults that
 //	    overlap it (the worst gap per fault type is reported);
 //	(c) once churn stops and every fault is healed, Consul equals
