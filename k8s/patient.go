@@ -3,7 +3,6 @@ package k8s
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -16,13 +15,17 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul/backoff"
 )
 
-// Retry bounds of a Patient list or watch while the API server is away.
-const (
-	patientMinDelay = 100 * time.Millisecond
-	patientMaxDelay = time.Second
-)
+// patientBackoff is the wait between two tries of a Patient list or watch
+// while the API server is away: 100 ms doubling to 800 ms, jittered by
+// 25 %, so never more than patientMaxDelay.
+var patientBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 800 * time.Millisecond, Jitter: 0.25}
+
+// patientMaxDelay bounds every wait of patientBackoff.
+const patientMaxDelay = time.Second
 
 // Patient wraps the list and watch of an informer so that, while the
 // Kubernetes API cannot answer (connection refused or reset, 429, 503, a
@@ -72,7 +75,7 @@ type patient struct {
 // retry calls f until it succeeds, fails with an error the API server's
 // absence does not explain, or ctx ends.
 func retry[T any](ctx context.Context, p *patient, verb string, f func() (T, error)) (T, error) {
-	delay := patientMinDelay
+	retries := backoff.New(patientBackoff)
 	for {
 		v, err := f()
 		if err == nil || !Unavailable(err) || ctx.Err() != nil {
@@ -82,14 +85,13 @@ func retry[T any](ctx context.Context, p *patient, verb string, f func() (T, err
 			return v, err
 		}
 		p.failed(verb, err)
-		t := p.clock.NewTimer(delay/2 + rand.N(delay/2+1))
+		t := p.clock.NewTimer(retries.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return v, err
 		case <-t.C():
 		}
-		delay = min(2*delay, patientMaxDelay)
 	}
 }
 

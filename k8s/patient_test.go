@@ -191,3 +191,17 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestPatientBackoffStaysUnderASecond: every wait of the retry policy, at
+// any failure count and jitter, is at most patientMaxDelay.
+func TestPatientBackoffStaysUnderASecond(t *testing.T) {
+	for _, r := range []float64{0, 0.5, 0.999999} {
+		p := patientBackoff
+		p.Rand = func() float64 { return r }
+		for n := 1; n < 100; n++ {
+			if d := p.Delay(n); d <= 0 || d > patientMaxDelay {
+				t.Fatalf("wait after failure %d (rand %v) = %v, want in (0, %v]", n, r, d, patientMaxDelay)
+			}
+		}
+	}
+}
