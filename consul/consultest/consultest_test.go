@@ -3,8 +3,8 @@ package consultest
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -269,7 +269,9 @@ var scripts = []script{
 			key := node + "/claim"
 			r0, resp := send(c, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: []byte("mine"), Index: 0}})
 			idx := resp.Results[0].KV.ModifyIndex
-			guard := func(i uint64) *api.TxnOp { return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: i}} }
+			guard := func(i uint64) *api.TxnOp {
+				return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: i}}
+			}
 			r1, _ := send(c, guard(999999), nodeOp(api.NodeSet, node, "10.0.0.1", nil, 0))
 			s1 := services(c, node)
 			r2, _ := send(c, guard(idx), nodeOp(api.NodeSet, node, "10.0.0.1", nil, 0))
