@@ -30,10 +30,18 @@ type Watcher interface {
 	Keys() []k8s.Key
 }
 
-// Store is the part of the consul client the supervisor and its workers use.
+// Store is every call the supervisor and its workers make to the consul
+// client (consul.Client implements it).
 type Store interface {
 	worker.Store
+	// ReadNode reads every entry on the owner's nodes (the bootstrap read).
 	ReadNode(ctx context.Context) ([]consul.Registered, error)
+	// NodeWatcher and WitnessReader serve the node check (see
+	// Options.NodeCheckInterval).
+	NodeWatcher
+	WitnessReader
+	// KVIndex reads Consul's KV index at key (see Options.StateKey).
+	KVIndex(ctx context.Context, key string) (uint64, error)
 }
 
 // Options build a Supervisor. Watcher, Store and Worker.Cluster are required.
@@ -53,7 +61,7 @@ type Options struct {
 	// Consul lost its data and every worker resyncs at once.
 	NodeCheckInterval time.Duration
 	// StateKey is a Consul KV key nobody writes, read by the node check
-	// when the Store can (KVIndexReader): Consul answers a missing key
+	// (Store.KVIndex): Consul answers a missing key
 	// with the KV table's index, which moves only on KV writes (rare in
 	// most Consuls), so a snapshot restore shows as that index going back
 	// even when catalog writes right after the restore raised the nodes'
@@ -441,11 +449,9 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	defer s.wg.Done()
 	defer close(e.done)
 	defer e.cancel(nil)
-	if wr, ok := s.opts.Store.(WitnessReader); ok {
-		// Stopped, handed over or finished: its entries are someone
-		// else's business now, and witness nothing of this process.
-		defer wr.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
-	}
+	// Stopped, handed over or finished: its entries are someone else's
+	// business now, and witness nothing of this process.
+	defer s.opts.Store.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
 	for {
 		err := safeRun(ctx, e.w)
 		if ctx.Err() != nil {

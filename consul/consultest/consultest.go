@@ -67,11 +67,20 @@ type node struct {
 
 // New starts a twin; it stops when the test ends.
 func New(t testing.TB) *Server {
-	s := &Server{raft: 10, nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: map[string]uint64{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
+	s := NewServer()
+	t.Cleanup(s.Close)
 	return s
 }
+
+// NewServer starts a twin; the caller must Close it.
+func NewServer() *Server {
+	s := &Server{raft: 10, nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: map[string]uint64{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Close stops the twin (and its connections).
+func (s *Server) Close() { s.srv.Close() }
 
 // Addr is the twin's host:port.
 func (s *Server) Addr() string { return strings.TrimPrefix(s.srv.URL, "http://") }
@@ -124,6 +133,46 @@ func (s *Server) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes, s.kv, s.indexes, s.raft = map[string]*node{}, map[string]*api.KVPair{}, map[string]uint64{}, 10
+}
+
+// Snapshot is the twin's state at one moment (see Restore).
+type Snapshot struct {
+	nodes   map[string]*node
+	kv      map[string]*api.KVPair
+	indexes map[string]uint64
+}
+
+// Snapshot saves the state, as a Consul snapshot does.
+func (s *Server) Snapshot() *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := &Snapshot{nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: maps.Clone(s.indexes)}
+	for name, n := range s.nodes {
+		snap.nodes[name] = cloneState(n)
+	}
+	for k, p := range s.kv {
+		c := *p
+		snap.kv[k] = &c
+	}
+	return snap
+}
+
+// Restore puts a snapshot's data and table indexes back, as restoring a
+// Consul snapshot does: what was written since is gone and every index is
+// what it was then (it goes back); later writes continue from the raft
+// index, above everything written before the restore.
+func (s *Server) Restore(snap *Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes, s.kv, s.indexes = map[string]*node{}, map[string]*api.KVPair{}, maps.Clone(snap.indexes)
+	for name, n := range snap.nodes {
+		s.nodes[name] = cloneState(n)
+	}
+	for k, p := range snap.kv {
+		c := *p
+		s.kv[k] = &c
+	}
+	s.raft++ // the restore is a raft entry of its own
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {

@@ -373,3 +373,29 @@ func TestFaultAndWipe(t *testing.T) {
 		t.Fatalf("Txns = %d, want 1", s.Txns())
 	}
 }
+
+// TestSnapshotRestore: a restore brings the data and the indexes of the
+// snapshot back; the next write lands above every index seen before.
+func TestSnapshotRestore(t *testing.T) {
+	s := New(t)
+	c := s.Client()
+	send(c, nodeOp(api.NodeSet, "n", "10.0.0.1", nil, 0), svcOp(api.ServiceCAS, "n", "a", 80, 0))
+	snap := s.Snapshot()
+	nodeAt, kvAt := nodeIndex(c, "n"), kvIndex(c, "missing")
+	send(c, svcOp(api.ServiceCAS, "n", "b", 80, 0))
+	if _, err := c.KV().Put(&api.KVPair{Key: "k", Value: []byte("v")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	high := kvIndex(c, "missing")
+	s.Restore(snap)
+	if got := services(c, "n"); got != "[a:80]" {
+		t.Fatalf("after Restore: %s, want [a:80]", got)
+	}
+	if nodeIndex(c, "n") != nodeAt || kvIndex(c, "missing") != kvAt {
+		t.Fatalf("indexes after Restore: node %d kv %d, want %d and %d", nodeIndex(c, "n"), kvIndex(c, "missing"), nodeAt, kvAt)
+	}
+	_, resp := send(c, svcOp(api.ServiceCAS, "n", "c", 80, 0))
+	if got := resp.Results[0].Service.ModifyIndex; got <= high {
+		t.Fatalf("write after Restore at index %d, want above %d", got, high)
+	}
+}
