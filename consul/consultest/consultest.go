@@ -30,8 +30,10 @@
 package consultest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -98,7 +100,8 @@ func (s *Server) Client() *api.Client {
 
 // SetFault makes every request for which f returns an error fail with a
 // 500 and that error's text (nil f: none fail). f runs outside the twin's
-// lock and may block (a hung Consul).
+// lock, after the request body is read, and may block until r's context
+// ends (a Consul that never answers).
 func (s *Server) SetFault(f func(r *http.Request) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,6 +179,14 @@ func (s *Server) Restore(snap *Snapshot) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	// Read the body first: the server notices a client that gave up
+	// (and cancels r's context) only once the body is read.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.mu.Lock()
 	fault := s.fault
 	s.mu.Unlock()
