@@ -67,9 +67,15 @@ type Options struct {
 	// even when catalog writes right after the restore raised the nodes'
 	// indexes past their old values. "": not read.
 	StateKey string
-	// ObserverFor returns the metrics observer of one worker; nil: none.
+	// Metrics, when set (NewMetrics), receive the fleet's and every
+	// worker's measurements; they are the Hooks and ObserverFor, so those
+	// must then be nil (New panics otherwise).
+	Metrics *Metrics
+	// ObserverFor returns the observer of one worker; nil: none (tests;
+	// the daemon sets Metrics).
 	ObserverFor func(key k8s.Key) worker.Observer
-	// Hooks for fleet-wide metrics; nil: none.
+	// Hooks receive fleet-wide measurements; nil: none (tests; the daemon
+	// sets Metrics).
 	Hooks Hooks
 	// Shards splits Services between replicas (see GainShard); 1 (the
 	// default) means this process syncs every Service.
@@ -164,14 +170,24 @@ func New(opts Options) *Supervisor {
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
 	}
+	if m := opts.Metrics; m != nil {
+		if opts.Hooks != nil || opts.ObserverFor != nil {
+			panic("supervisor: Options.Metrics with Hooks or ObserverFor set")
+		}
+		opts.Hooks, opts.ObserverFor = hooks{m}, m.observerFor
+	}
 	if opts.Hooks == nil {
 		opts.Hooks = nopHooks{}
 	}
 	if opts.Shards < 1 {
 		opts.Shards = 1
 	}
-	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
+	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
 		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{}}
+	if opts.Metrics != nil {
+		opts.Metrics.attach(s)
+	}
+	return s
 }
 
 // Bootstrapped reports whether the informers synced and the owned state was

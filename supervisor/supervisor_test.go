@@ -228,15 +228,25 @@ func start(t *testing.T, w *fakeWatcher, store *memStore) *fixture {
 // startWith runs a supervisor over w and store; edit runs before Run.
 func startWith(t *testing.T, w *fakeWatcher, store Store, edit func(*Supervisor)) *fixture {
 	t.Helper()
+	return startOptions(t, w, store, nil, edit)
+}
+
+// startOptions is startWith with options edited before New.
+func startOptions(t *testing.T, w *fakeWatcher, store Store, opts func(*Options), edit func(*Supervisor)) *fixture {
+	t.Helper()
 	cluster, err := ownership.New("test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := New(Options{
+	o := Options{
 		Selector: Selector{Allow: []string{"*"}, Deny: []string{"kube-system"}},
 		Worker:   worker.Config{Cluster: cluster, DefaultWindow: 0, Terminating: worker.TerminatingWarning},
 		Watcher:  w, Store: store,
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	sup := New(o)
 	if edit != nil {
 		edit(sup)
 	}

@@ -91,6 +91,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"),
 		}),
 		Store:             store,
+		Metrics:           metrics,
 		Reporter:          recorder,
 		Log:               log,
 		Shards:            cfg.Shards,
@@ -105,7 +106,6 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err := sup.Selector().Validate(); err != nil {
 		return err
 	}
-	metrics.Attach(reg, sup)
 	ready.sup = sup
 	var shards *supervisor.ShardManager
 	if cfg.Shards > 1 {
