@@ -67,8 +67,12 @@ type Claim struct {
 	timeout time.Duration
 	scope   Scope
 	log     hclog.Logger
-	done    chan struct{}
-	stopped chan struct{}
+	// interval is Keep's period; done is closed by Release, which then
+	// waits for a running Keep to end (keeping).
+	interval time.Duration
+	done     chan struct{}
+	once     sync.Once
+	keeping  sync.WaitGroup
 
 	mu      sync.Mutex // serialises the claim's requests; guards session
 	session string
@@ -111,7 +115,8 @@ type ClaimOptions struct {
 }
 
 // ClaimClusterID claims opts.ClusterID for opts.KubeUID or explains who has
-// it. The returned Claim must be Released.
+// it. The caller runs the returned Claim's Keep (renewal and re-checks)
+// and must Release it.
 func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Claim, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultClaimPrefix
@@ -130,7 +135,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
 	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.normal(),
-		done: make(chan struct{}), stopped: make(chan struct{}),
+		done:  make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
 	cl.state.Store(&claimState{})
 	if err := cl.newSession(ctx); err != nil {
@@ -143,7 +148,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 		cl.destroySession()
 		return nil, err
 	}
-	go cl.keep(opts.CheckInterval)
+	cl.interval = opts.CheckInterval
 	return cl, nil
 }
 
@@ -309,13 +314,16 @@ func (cl *Claim) lose(msg, other string) error {
 	return &ClaimLostError{Msg: msg}
 }
 
-// keep renews the session, re-creates it when Consul lost it, and re-checks
-// the claim every interval, until Release.
-func (cl *Claim) keep(interval time.Duration) {
-	defer close(cl.stopped)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
+// Keep renews the session, re-creates it when Consul lost it, and re-checks
+// the claim every ClaimOptions.CheckInterval, until ctx is done or the
+// claim is Released; it returns nil then (a lost claim is no error of
+// Keep's: Held and every write refuse while it lasts, and writing resumes
+// when the claim names this cluster again). Run it once, in the process's
+// errgroup.
+func (cl *Claim) Keep(ctx context.Context) error {
+	cl.keeping.Add(1)
+	defer cl.keeping.Done()
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -324,10 +332,12 @@ func (cl *Claim) keep(interval time.Duration) {
 		case <-ctx.Done():
 		}
 	}()
+	t := time.NewTicker(cl.interval)
+	defer t.Stop()
 	for {
 		select {
-		case <-cl.done:
-			return
+		case <-ctx.Done():
+			return nil
 		case <-t.C:
 		}
 		cl.renew(ctx)
@@ -364,10 +374,11 @@ func (cl *Claim) renewLocked(ctx context.Context) {
 	}
 }
 
-// Release ends the session (the lock goes; the claim value stays).
+// Release stops Keep, waits for it, and ends the session (the lock goes;
+// the claim value stays).
 func (cl *Claim) Release() {
-	close(cl.done)
-	<-cl.stopped
+	cl.once.Do(func() { close(cl.done) })
+	cl.keeping.Wait()
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.destroySession()
