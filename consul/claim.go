@@ -68,11 +68,13 @@ type Claim struct {
 	scope   Scope
 	log     hclog.Logger
 	// interval is Keep's period; done is closed by Release, which then
-	// waits for a running Keep to end (keeping).
+	// waits for a Keep that started (kept closed when it ends).
 	interval time.Duration
+	life     sync.Mutex // guards released and keeping
+	released bool
+	keeping  bool
 	done     chan struct{}
-	once     sync.Once
-	keeping  sync.WaitGroup
+	kept     chan struct{}
 
 	mu      sync.Mutex // serialises the claim's requests; guards session
 	session string
@@ -135,7 +137,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
 	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.normal(),
-		done:  make(chan struct{}),
+		done: make(chan struct{}), kept: make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
 	cl.state.Store(&claimState{})
 	if err := cl.newSession(ctx); err != nil {
@@ -321,8 +323,14 @@ func (cl *Claim) lose(msg, other string) error {
 // when the claim names this cluster again). Run it once, in the process's
 // errgroup.
 func (cl *Claim) Keep(ctx context.Context) error {
-	cl.keeping.Add(1)
-	defer cl.keeping.Done()
+	cl.life.Lock()
+	if cl.released || cl.keeping {
+		cl.life.Unlock()
+		return nil
+	}
+	cl.keeping = true
+	cl.life.Unlock()
+	defer close(cl.kept)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -377,8 +385,16 @@ func (cl *Claim) renewLocked(ctx context.Context) {
 // Release stops Keep, waits for it, and ends the session (the lock goes;
 // the claim value stays).
 func (cl *Claim) Release() {
-	cl.once.Do(func() { close(cl.done) })
-	cl.keeping.Wait()
+	cl.life.Lock()
+	if !cl.released {
+		cl.released = true
+		close(cl.done)
+	}
+	keeping := cl.keeping
+	cl.life.Unlock()
+	if keeping {
+		<-cl.kept
+	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.destroySession()

@@ -113,4 +113,7 @@ func TestKeepSeesTheClaimTakenAndEndsWithItsContext(t *testing.T) {
 		t.Fatal("Keep did not return after its context ended")
 	}
 	cl.Release()
+	if err := cl.Keep(ctx); err != nil { // released: returns at once
+		t.Fatalf("Keep after Release = %v", err)
+	}
 }
