@@ -38,7 +38,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,13 +296,6 @@ func (s *Server) max(names ...string) uint64 {
 	return m
 }
 
-// bump raises the named indexes to idx (they never go down).
-func (s *Server) bump(idx uint64, names ...string) {
-	for _, n := range names {
-		s.indexes[n] = max(s.indexes[n], idx)
-	}
-}
-
 func (s *Server) serveNodes(w http.ResponseWriter, r *http.Request) {
 	var list []*api.Node
 	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
@@ -540,16 +532,4 @@ func cloneState(n *node) *node {
 		c.checks[id] = cloneCheck(h)
 	}
 	return c
-}
-
-func sortedKV(m map[string]*api.KVPair, prefix string) []*api.KVPair {
-	var out []*api.KVPair
-	for k, p := range m {
-		if strings.HasPrefix(k, prefix) {
-			c := *p
-			out = append(out, &c)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out
 }

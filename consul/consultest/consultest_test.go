@@ -72,19 +72,6 @@ func services(c *api.Client, node string) string {
 	return "[" + strings.Join(out, " ") + "]"
 }
 
-func service(c *api.Client, node, id string) *api.AgentService {
-	list, _, err := c.Catalog().NodeServiceList(node, nil)
-	if err != nil || list == nil {
-		return nil
-	}
-	for _, s := range list.Services {
-		if s.ID == id {
-			return s
-		}
-	}
-	return nil
-}
-
 func check(c *api.Client, node, id string) *api.HealthCheck {
 	checks, _, err := c.Health().Node(node, nil)
 	if err != nil {

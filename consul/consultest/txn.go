@@ -20,10 +20,10 @@ type txn struct {
 	indexes map[string]uint64
 }
 
-// The reasons Consul gives (agent/consul/state/catalog.go).
+// The reasons Consul gives (agent/consul/state/catalog.go), word for word.
 var (
-	errMissingNode    = errors.New("Missing node registration")
-	errMissingService = errors.New("Missing service registration")
+	errMissingNode    = errors.New("Missing node registration")    //lint:ignore ST1005 Consul's text
+	errMissingService = errors.New("Missing service registration") //lint:ignore ST1005 Consul's text
 )
 
 func (t *txn) bump(names ...string) {
@@ -186,9 +186,11 @@ func (t *txn) ensureService(nodeName string, in api.AgentService) error {
 	}
 	for k := range in.Meta {
 		if k == "" {
+			//lint:ignore ST1005 Consul's text
 			return fmt.Errorf("Invalid Service Meta for node %s and serviceID %s: Couldn't load metadata pair ('', '%s'): Key cannot be blank", nodeName, in.ID, in.Meta[k])
 		}
 		if len(in.Meta[k]) > 512 {
+			//lint:ignore ST1005 Consul's text
 			return fmt.Errorf("Invalid Service Meta for node %s and serviceID %s: Value is too long (limit: 512 characters)", nodeName, in.ID)
 		}
 	}
