@@ -24,9 +24,12 @@
 //   - Reads honour ?filter= (go-bexpr, Consul's filter engine) and
 //     ?node-meta=; KV get, put (with ?cas=) and delete.
 //
-// Blocking queries, sessions and ACLs are not served (fleetsync's catalog
-// code uses none of them; its claim and login tests run against the real
-// agent).
+//   - With EnableACL, logins and tokens as Consul's ACL system answers them
+//     (see ACL).
+//
+// Blocking queries, sessions and ACL policies are not served (fleetsync's
+// catalog code uses none of them; its claim and permission tests run
+// against the real agent).
 package consultest
 
 import (
@@ -58,6 +61,7 @@ type Server struct {
 	indexes map[string]uint64
 	fault   func(r *http.Request) error
 	txns    int
+	acl     *ACL // nil: ACLs off
 }
 
 type node struct {
@@ -197,6 +201,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.acl != nil && !s.acl.serve(w, r) {
+		return
+	}
 	p := r.URL.Path
 	rest := func(prefix string) (string, bool) {
 		v, ok := strings.CutPrefix(p, prefix)
