@@ -10,6 +10,7 @@
 //   - /v1/txn is all-or-nothing: one failed op rolls every op back and the
 //     answer is 409 with each failed op's index and reason; a write
 //     transaction consumes one raft index whether it commits or not.
+//
 //   - Node, service and check ops: set, cas (ModifyIndex 0 means create only
 //     if absent), delete, delete-cas (on the ModifyIndex read), get. A node
 //     op replaces the node record (address, meta); a service or check write
@@ -17,10 +18,12 @@
 //     service check its service (a check cas on a missing service succeeds
 //     and writes nothing, as Consul 1.14 does); deleting a node deletes its
 //     services and checks, deleting a service its checks.
+//
 //   - Indexes only grow: per table (nodes, services, checks, kvs and
 //     tombstones) and per node (a node's own writes and its services'); a
 //     read answers X-Consul-Index like Consul (a missing node: the last node
 //     deletion; a missing KV key: the whole KV table; never 0).
+//
 //   - Reads honour ?filter= (go-bexpr, Consul's filter engine) and
 //     ?node-meta=; KV get, put (with ?cas=) and delete.
 //
