@@ -67,8 +67,14 @@ type Claim struct {
 	timeout time.Duration
 	scope   Scope
 	log     hclog.Logger
-	done    chan struct{}
-	stopped chan struct{}
+	// interval is Keep's period; done is closed by Release, which then
+	// waits for a Keep that started (kept closed when it ends).
+	interval time.Duration
+	life     sync.Mutex // guards released and keeping
+	released bool
+	keeping  bool
+	done     chan struct{}
+	kept     chan struct{}
 
 	mu      sync.Mutex // serialises the claim's requests; guards session
 	session string
@@ -111,7 +117,8 @@ type ClaimOptions struct {
 }
 
 // ClaimClusterID claims opts.ClusterID for opts.KubeUID or explains who has
-// it. The returned Claim must be Released.
+// it. The caller runs the returned Claim's Keep (renewal and re-checks)
+// and must Release it.
 func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Claim, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultClaimPrefix
@@ -130,7 +137,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
 	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.normal(),
-		done: make(chan struct{}), stopped: make(chan struct{}),
+		done: make(chan struct{}), kept: make(chan struct{}),
 		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
 	cl.state.Store(&claimState{})
 	if err := cl.newSession(ctx); err != nil {
@@ -143,7 +150,7 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 		cl.destroySession()
 		return nil, err
 	}
-	go cl.keep(opts.CheckInterval)
+	cl.interval = opts.CheckInterval
 	return cl, nil
 }
 
@@ -309,13 +316,22 @@ func (cl *Claim) lose(msg, other string) error {
 	return &ClaimLostError{Msg: msg}
 }
 
-// keep renews the session, re-creates it when Consul lost it, and re-checks
-// the claim every interval, until Release.
-func (cl *Claim) keep(interval time.Duration) {
-	defer close(cl.stopped)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
+// Keep renews the session, re-creates it when Consul lost it, and re-checks
+// the claim every ClaimOptions.CheckInterval, until ctx is done or the
+// claim is Released; it returns nil then (a lost claim is no error of
+// Keep's: Held and every write refuse while it lasts, and writing resumes
+// when the claim names this cluster again). Run it once, in the process's
+// errgroup.
+func (cl *Claim) Keep(ctx context.Context) error {
+	cl.life.Lock()
+	if cl.released || cl.keeping {
+		cl.life.Unlock()
+		return nil
+	}
+	cl.keeping = true
+	cl.life.Unlock()
+	defer close(cl.kept)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -324,10 +340,12 @@ func (cl *Claim) keep(interval time.Duration) {
 		case <-ctx.Done():
 		}
 	}()
+	t := time.NewTicker(cl.interval)
+	defer t.Stop()
 	for {
 		select {
-		case <-cl.done:
-			return
+		case <-ctx.Done():
+			return nil
 		case <-t.C:
 		}
 		cl.renew(ctx)
@@ -364,10 +382,19 @@ func (cl *Claim) renewLocked(ctx context.Context) {
 	}
 }
 
-// Release ends the session (the lock goes; the claim value stays).
+// Release stops Keep, waits for it, and ends the session (the lock goes;
+// the claim value stays).
 func (cl *Claim) Release() {
-	close(cl.done)
-	<-cl.stopped
+	cl.life.Lock()
+	if !cl.released {
+		cl.released = true
+		close(cl.done)
+	}
+	keeping := cl.keeping
+	cl.life.Unlock()
+	if keeping {
+		<-cl.kept
+	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.destroySession()

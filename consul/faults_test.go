@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/fleetsync/fleetsync/consul/consultest"
 	"github.com/fleetsync/fleetsync/test/stack"
 )
 
@@ -182,29 +184,22 @@ func NodeServiceCountForTest(c *api.Client, node string) (int, error) {
 	return len(list.Services), nil
 }
 
-// hungAPI never answers: every call waits for its context.
-type hungAPI struct {
-	catalogAPI
-	calls chan struct{}
-}
-
-func (h hungAPI) Txn(_ api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
-	h.calls <- struct{}{}
-	<-q.Context().Done()
-	return false, nil, nil, q.Context().Err()
-}
-
-func (h hungAPI) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
-	return nil, &api.QueryMeta{}, nil
-}
-
 // TestHungRequestCostsTheDeadlineAndFreesItsSlot: with one inflight slot, a
 // transaction Consul never answers returns after RequestTimeout with an
 // error that says so, and the next transaction gets the slot.
 func TestHungRequestCostsTheDeadlineAndFreesItsSlot(t *testing.T) {
 	owner := testOwner{id: "hung"}
-	api := hungAPI{calls: make(chan struct{}, 2)}
-	c := newClient(api, owner, Options{RequestTimeout: 50 * time.Millisecond, Budget: NewBudget(0, 1, 1)})
+	twin := consultest.New(t)
+	calls := make(chan struct{}, 2)
+	twin.SetFault(func(r *http.Request) error { // transactions never get an answer
+		if r.URL.Path != "/v1/txn" {
+			return nil
+		}
+		calls <- struct{}{}
+		<-r.Context().Done()
+		return r.Context().Err()
+	})
+	c := NewClient(twin.Client(), owner, Options{RequestTimeout: 50 * time.Millisecond, Budget: NewBudget(0, 1, 1)})
 	errs := make(chan error, 2)
 	for i := range 2 {
 		go func() {
@@ -222,8 +217,8 @@ func TestHungRequestCostsTheDeadlineAndFreesItsSlot(t *testing.T) {
 			t.Fatal("a hung transaction held its slot past the deadline")
 		}
 	}
-	if len(api.calls) != 2 {
-		t.Fatalf("%d transactions sent, want 2 (the second got the slot the first freed)", len(api.calls))
+	if len(calls) != 2 {
+		t.Fatalf("%d transactions sent, want 2 (the second got the slot the first freed)", len(calls))
 	}
 }
 

@@ -30,15 +30,17 @@ func NewHealth(c *api.Client, clk clock.Clock) *Health {
 	return &Health{api: c, clock: clk}
 }
 
-// Run probes every interval until ctx is done.
-func (h *Health) Run(ctx context.Context, interval time.Duration) {
+// Run probes every interval until ctx is done, then returns nil (a
+// failed probe is recorded for Reachable, not returned). Run it in the
+// process's errgroup.
+func (h *Health) Run(ctx context.Context, interval time.Duration) error {
 	for {
 		h.probe(ctx)
 		t := h.clock.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C():
 		}
 	}

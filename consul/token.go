@@ -56,17 +56,17 @@ func readToken(path string) (string, error) {
 // Token returns the current token.
 func (ts *TokenSource) Token() string { return ts.token.Load().(string) }
 
-// Watch re-reads the token file every interval until ctx is done (no-op
-// without a file). A read error keeps the previous token.
-func (ts *TokenSource) Watch(ctx context.Context, interval time.Duration) {
+// Watch re-reads the token file every interval until ctx is done, then
+// returns nil (at once without a file). A read error keeps the previous
+// token and is logged, not returned. Run it in the process's errgroup.
+func (ts *TokenSource) Watch(ctx context.Context, interval time.Duration) error {
 	if ts.path == "" || ts.login != nil {
-		<-ctx.Done()
-		return
+		return nil
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(interval):
 		}
 		t, err := readToken(ts.path)

@@ -12,8 +12,8 @@ import (
 	"github.com/fleetsync/fleetsync/worker"
 )
 
-// NodeWatcher is implemented by a Store that can describe the cluster's
-// nodes in the catalog (consul.Client).
+// NodeWatcher is the part of the Store that describes the cluster's nodes
+// in the catalog (consul.Client).
 type NodeWatcher interface {
 	// ReadNodes lists every node named like ours, ours or not.
 	ReadNodes(ctx context.Context) (consul.NodesView, error)
@@ -151,7 +151,7 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 	return out
 }
 
-// WitnessReader is implemented by a Store that keeps witnesses of its
+// WitnessReader is the part of the Store that keeps witnesses of its
 // committed writes (consul.Client): each entry must be in Consul at its
 // index or a later one. A restore taken before such a write undoes it, and
 // catalog writes right after the restore cannot hide that, as they can
@@ -218,12 +218,6 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) []fin
 	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}
 }
 
-// KVIndexReader is implemented by a Store that can read the KV index of a
-// key (consul.Client); see Options.StateKey.
-type KVIndexReader interface {
-	KVIndex(ctx context.Context, key string) (uint64, error)
-}
-
 // watchConsul runs until ctx is done. Every NodeCheckInterval it reads the
 // nodes named like ours: a look-alike node (someone else's, with our name)
 // is reported and makes the fleet unready; a sign that Consul lost or
@@ -231,8 +225,8 @@ type KVIndexReader interface {
 // every worker re-read and repair its Service now instead of within its
 // anti-entropy period.
 func (s *Supervisor) watchConsul(ctx context.Context) {
-	nw, ok := s.opts.Store.(NodeWatcher)
-	if !ok || s.opts.NodeCheckInterval <= 0 {
+	nw, wr := s.opts.Store, s.opts.Store
+	if s.opts.NodeCheckInterval <= 0 {
 		<-ctx.Done()
 		return
 	}
@@ -264,12 +258,11 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		// created and lost between two checks).
 		written := nw.CommittedNodes()
 		view, err := nw.ReadNodes(ctx)
-		wr, _ := s.opts.Store.(WitnessReader)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Debug("Cannot read the cluster's Consul nodes", "error", err)
 			}
-			if !failed && wr != nil {
+			if !failed {
 				// The writes just before the outage are those a crash
 				// loses first: check them once Consul answers, even if
 				// writes after it made newer witnesses.
@@ -280,12 +273,12 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		}
 		s.foreignNodes(view.Foreign(), reported)
 		found := checkConsul(ctx, nw, &d, view, written)
-		if kr, ok := s.opts.Store.(KVIndexReader); ok && s.opts.StateKey != "" && len(found) == 0 {
-			if ix, err := kr.KVIndex(ctx, s.opts.StateKey); err == nil {
+		if s.opts.StateKey != "" && len(found) == 0 {
+			if ix, err := s.opts.Store.KVIndex(ctx, s.opts.StateKey); err == nil {
 				found = d.checkKV(ix)
 			}
 		}
-		if wr != nil && len(found) == 0 {
+		if len(found) == 0 {
 			now := s.opts.Clock.Now()
 			found = checkWitnesses(ctx, wr, wr.Witnesses(), now)
 			if len(found) == 0 && frozen != nil {

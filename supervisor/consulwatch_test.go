@@ -2,19 +2,19 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/k8s/k8stest"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/worker"
 )
@@ -124,55 +124,33 @@ func TestLossDetectorReadsManyNodesInTurn(t *testing.T) {
 	}
 }
 
-// watchStore adds a scripted node view to the in-memory store.
+// watchStore signals every node read of the supervisor's check.
 type watchStore struct {
 	*memStore
-	mu        sync.Mutex
-	view      consul.NodesView
-	index     uint64
-	reads     int // ReadPrefix calls (workers' re-reads)
-	kv        uint64
 	nodeReads chan struct{}
+	kvReads   chan struct{} // nil: not signalled
 }
 
-func (s *watchStore) ReadNodes(context.Context) (consul.NodesView, error) {
-	s.mu.Lock()
-	v := s.view
-	s.mu.Unlock()
+func newWatchStore() *watchStore {
+	return &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
+}
+
+// KVIndex signals every read of the KV index.
+func (s *watchStore) KVIndex(ctx context.Context, key string) (uint64, error) {
+	i, err := s.memStore.KVIndex(ctx, key)
+	if s.kvReads != nil {
+		s.kvReads <- struct{}{}
+	}
+	return i, err
+}
+
+func (s *watchStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
+	v, err := s.memStore.ReadNodes(ctx)
 	select {
 	case s.nodeReads <- struct{}{}:
 	default:
 	}
-	return v, nil
-}
-
-func (s *watchStore) NodeIndex(context.Context, string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.index, nil
-}
-
-func (s *watchStore) KVIndex(context.Context, string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.kv, nil
-}
-
-func (s *watchStore) Committed(string) uint64  { return 0 }
-func (s *watchStore) CommittedNodes() []string { return nil }
-func (s *watchStore) ResetCommitted()          {}
-
-func (s *watchStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
-	s.mu.Lock()
-	s.reads++
-	s.mu.Unlock()
-	return s.memStore.ReadPrefix(ctx, prefix)
-}
-
-func (s *watchStore) set(v consul.NodesView, index uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.view, s.index = v, index
+	return v, err
 }
 
 // awaitNodeRead waits for the watch's next node read.
@@ -224,47 +202,91 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	}
 	close(w.synced)
 	clk := clocktesting.NewFakeClock(time.Now())
-	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
+	store := newWatchStore()
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
-		s.opts.Worker.Cluster, _ = s.opts.Worker.Cluster.WithNodes(4) // k8s-test.3 is in use
+		s.opts.Worker.Cluster, _ = s.opts.Worker.Cluster.WithNodes(4)
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	nodeRead := func() { t.Helper(); awaitNodeRead(t, store.nodeReads) }
 	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) } // one check: the watch reads the nodes
 	nodeRead()                                                                  // the first check, at bootstrap
-	loseOne(f.store)                                                            // what the loss took: repaired once it is seen
+	other := store.other
+	ourNode := func(name string) {
+		t.Helper()
+		n := f.cluster.NodeNamed(name)
+		if _, err := other.Catalog().Register(&api.CatalogRegistration{Node: n.Name, Address: n.Address, NodeMeta: n.Meta}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	store.set(nodeView(ours("k8s-test", 9)), 12) // Consul restarted empty; a write re-created the node
+	check() // the check sees our nodes
+
+	// Consul restarted empty; after its own first writes, writes of ours
+	// re-created our nodes.
+	nodes := slices.Compact(slices.Sorted(slices.Values(f.store.instanceNodes())))
+	store.twin.Wipe()
+	if _, err := other.KV().Put(&api.KVPair{Key: "consul/first-write", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		ourNode(n)
+	}
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
 	if sig, _ := hooks.got(); !slices.Contains(sig, SignalNodeRecreated) {
 		t.Fatalf("signals %v, want %s", sig, SignalNodeRecreated)
 	}
 
-	loseOne(f.store)
+	f.store.loseOne()
 	f.sup.lossSeen("service ns/s0: 1 of 1 entries gone")
 	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return f.store.count("") == 3 })
 	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalWorker) })
 
-	store.set(nodeView(ours("k8s-test", 9), consul.NodeEntry{Name: "k8s-test.3", Address: "10.9.9.9", Meta: map[string]string{"team": "x"}}), 12)
+	// Someone else's node under the name of one of ours that holds none
+	// of our instances.
+	used := map[string]bool{}
+	for _, in := range f.store.instanceNodes() {
+		used[in] = true
+	}
+	lookAlike := ""
+	for i := 1; i < 4 && lookAlike == ""; i++ {
+		if name := fmt.Sprintf("k8s-test.%d", i); !used[name] {
+			lookAlike = name
+		}
+	}
+	if lookAlike == "" {
+		t.Fatalf("no node free of instances among %v", used)
+	}
+	foreign := func(name, addr string) {
+		t.Helper()
+		if _, err := other.Catalog().Register(&api.CatalogRegistration{Node: name, Address: addr, NodeMeta: map[string]string{"team": "x"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(name string) {
+		t.Helper()
+		if _, err := other.Catalog().Deregister(&api.CatalogDeregistration{Node: name}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign(lookAlike, "10.9.9.9")
 	check()
 	f.waitFor(t, "the look-alike node reported", func() bool { return len(f.sup.Problems()) == 1 })
-	if p := f.sup.Problems()[0]; !strings.Contains(p, "k8s-test.3") || !strings.Contains(p, "10.9.9.9") {
+	if p := f.sup.Problems()[0]; !strings.Contains(p, lookAlike) || !strings.Contains(p, "10.9.9.9") {
 		t.Fatalf("problem %q does not name the node and its address", p)
 	}
 	if _, n := hooks.got(); n != 1 {
 		t.Fatalf("foreign nodes gauge %d, want 1", n)
 	}
-	store.set(nodeView(ours("k8s-test", 9)), 12)
+	gone(lookAlike)
 	check()
 	f.waitFor(t, "the problem cleared", func() bool { return len(f.sup.Problems()) == 0 })
 
 	// A look-alike beyond the nodes in use blocks nothing: counted, not a
 	// readiness problem.
-	store.set(nodeView(ours("k8s-test", 9), consul.NodeEntry{Name: "k8s-test.7", Address: "10.9.9.7"}), 12)
+	foreign("k8s-test.7", "10.9.9.7")
 	check()
 	f.waitFor(t, "the unused look-alike counted", func() bool { _, n := hooks.got(); return n == 1 })
 	if p := f.sup.Problems(); len(p) != 0 {
@@ -272,37 +294,30 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	}
 }
 
-// listingWatcher creates a Service right after every listing of the cache:
-// the last one lands after bootstrap took its list and before it ends.
-type listingWatcher struct {
-	*fakeWatcher
-	mu    sync.Mutex
-	added []k8s.Key
-}
-
-func (l *listingWatcher) Keys() []k8s.Key {
-	keys := l.fakeWatcher.Keys()
-	l.mu.Lock()
-	key := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("new-%d", len(l.added))}
-	l.added = append(l.added, key)
-	l.mu.Unlock()
-	l.fakeWatcher.set(key, service(key.Namespace, key.Name, fmt.Sprintf("10.2.0.%d", len(keys)+1)))
-	return keys
-}
-
 // TestServiceAddedWhileBootstrapListsIsSynced: with informer resync off, a
 // Service created while bootstrap lists the cache is not dropped.
 func TestServiceAddedWhileBootstrapListsIsSynced(t *testing.T) {
-	fw := newFakeWatcher()
-	fw.services[k8s.Key{Namespace: "ns", Name: "old"}] = service("ns", "old", "10.2.0.99")
-	close(fw.synced)
-	lw := &listingWatcher{fakeWatcher: fw}
+	w := k8stest.New()
+	w.Set(service("ns", "old", "10.2.0.99"))
+	w.Synced()
+	// A Service is created right after every listing of the cache: the
+	// last one lands after bootstrap took its list and before it ends.
+	var mu sync.Mutex
+	var added []k8s.Key
+	w.OnKeys(func() {
+		mu.Lock()
+		key := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("new-%d", len(added))}
+		added = append(added, key)
+		n := len(added)
+		mu.Unlock()
+		go w.Set(service(key.Namespace, key.Name, fmt.Sprintf("10.2.0.%d", n))) // the informer's goroutine
+	})
 	store := newMemStore()
 	cluster, _ := ownership.New("test")
 	sup := New(Options{
 		Selector: Selector{Allow: []string{"*"}},
 		Worker:   worker.Config{Cluster: cluster, Terminating: worker.TerminatingWarning},
-		Watcher:  lw, Store: store,
+		Watcher:  w, Store: store,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -310,10 +325,10 @@ func TestServiceAddedWhileBootstrapListsIsSynced(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	f := &fixture{store: store}
 	f.waitFor(t, "bootstrap", sup.Bootstrapped)
-	lw.mu.Lock()
-	added := slices.Clone(lw.added)
-	lw.mu.Unlock()
-	for _, key := range added {
+	mu.Lock()
+	keys := slices.Clone(added)
+	mu.Unlock()
+	for _, key := range keys {
 		f.waitFor(t, "Service "+key.String()+" synced", func() bool { return store.count(cluster.IDPrefix(key.Namespace, key.Name)) == 1 })
 	}
 }
@@ -351,40 +366,6 @@ func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
 	}
 }
 
-// downStore is a watchStore that answers nothing while down.
-type downStore struct {
-	*watchStore
-	down     atomic.Bool
-	attempts atomic.Int32
-}
-
-var errRefused = errors.New("dial tcp 127.0.0.1:8500: connect: connection refused")
-
-func (s *downStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
-	s.attempts.Add(1)
-	if s.down.Load() {
-		return consul.Applied{}, errRefused
-	}
-	return s.watchStore.Apply(ctx, ch)
-}
-
-func (s *downStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
-	return readNodesUnlessDown(ctx, &s.down, s.nodeReads, s.watchStore.ReadNodes)
-}
-
-// readNodesUnlessDown is a node read that, while down, fails as an
-// unreachable Consul does (and still signals the read).
-func readNodesUnlessDown(ctx context.Context, down *atomic.Bool, reads chan struct{}, read func(context.Context) (consul.NodesView, error)) (consul.NodesView, error) {
-	if !down.Load() {
-		return read(ctx)
-	}
-	select {
-	case reads <- struct{}{}:
-	default:
-	}
-	return consul.NodesView{}, errRefused
-}
-
 // TestConsulBackEndsBackoffs: when the node check gets an answer again
 // after it got none, every worker whose flush failed meanwhile retries at
 // once, well before its backoff ends (found by the soak: changes made
@@ -396,8 +377,7 @@ func TestConsulBackEndsBackoffs(t *testing.T) {
 	w.services[key] = service("ns", "web", "10.1.0.1")
 	close(w.synced)
 	clk := clocktesting.NewFakeClock(time.Now())
-	store := &downStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
+	store := newWatchStore()
 	f := startWith(t, w, store, func(s *Supervisor) {
 		s.opts.Clock, s.opts.NodeCheckInterval = clk, 10*time.Millisecond
 	})
@@ -420,12 +400,12 @@ func TestConsulBackEndsBackoffs(t *testing.T) {
 		}
 		t.Fatal("the node check did not run within 150ms of fake time")
 	}
-	store.down.Store(true)
-	before := store.attempts.Load()
+	store.down(true)
+	before := store.appliesN()
 	w.set(key, service("ns", "web", "10.1.0.1", "10.1.0.2"))
-	f.waitFor(t, "the flush tried and failed", func() bool { return store.attempts.Load() > before })
+	f.waitFor(t, "the flush tried and failed", func() bool { return store.appliesN() > before })
 	nextCheck() // no answer
-	store.down.Store(false)
+	store.down(false)
 	nextCheck() // an answer: the workers retry
 	f.waitFor(t, "the change landed before the backoff ended", func() bool { return f.store.count("") == 2 })
 }
@@ -444,20 +424,23 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	}
 	close(w.synced)
 	clk := clocktesting.NewFakeClock(time.Now())
-	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1), kv: 100}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
+	store := newWatchStore()
+	store.kvReads = make(chan struct{}, 10)
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test"
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test.index-probe"
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
-	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
+	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads); <-store.kvReads }
 	<-store.nodeReads // the first check, at bootstrap
-	check()           // the KV index as before: nothing
-	loseOne(f.store)  // what the loss took: repaired once it is seen
-	store.mu.Lock()
-	store.kv, store.index = 60, 80 // restored; a write raised the node's index past its old value
-	store.mu.Unlock()
+	<-store.kvReads
+	snap := store.twin.Snapshot()
+	if _, err := store.other.KV().Put(&api.KVPair{Key: "app/config", Value: []byte("v2")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	check() // the KV index moved on: nothing
+	store.twin.Restore(snap)
+	f.store.loseOne() // a catalog write after the restore raises the node's index past its old value
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
 	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalIndexBack}) {
@@ -465,14 +448,16 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	}
 }
 
-// witnessStore is a watchStore with witnesses whose entries read as set:
-// at an index, or gone.
+// witnessStore is a watchStore whose witnesses (the client's record of
+// its committed writes, kept by the real time) the test scripts, with
+// entries that read as set: at an index, or gone.
 type witnessStore struct {
 	*watchStore
 	wmu     sync.Mutex
 	ws      []consul.Witness
 	entries map[string]uint64 // by ID; absent: gone
 	retired map[string]bool
+	calls   chan struct{} // signalled by Witnesses; nil: not
 	wreads  []string
 	forgot  []string // ForgetWitnesses calls
 }
@@ -480,6 +465,12 @@ type witnessStore struct {
 func (s *witnessStore) Witnesses() []consul.Witness {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if s.calls != nil {
+		select {
+		case s.calls <- struct{}{}:
+		default:
+		}
+	}
 	return slices.Clone(s.ws)
 }
 
@@ -528,10 +519,9 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		return consul.Witness{Node: "k8s-test", ID: id, Name: "s0", Index: idx, At: start.Add(-age)}
 	}
 	// Written 30s, 10s, 3s ago and just now; all there.
-	store := &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
+	store := &witnessStore{watchStore: newWatchStore(),
 		ws:      []consul.Witness{wit("a", 10, 30*time.Second), wit("b", 20, 10*time.Second), wit("c", 30, 3*time.Second), wit("d", 40, 0)},
 		entries: map[string]uint64{"a": 10, "b": 20, "c": 30, "d": 40}, retired: map[string]bool{}}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
@@ -549,7 +539,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 	}
 	// A restore of a snapshot 12s old took b back in time and undid d; a
 	// write after it (e) is the newest witness and is there.
-	loseOne(f.store) // what the loss took: repaired once it is seen
+	f.store.loseOne() // what the loss took: repaired once it is seen
 	store.edit(func(s *witnessStore) {
 		s.entries["b"] = 12
 		delete(s.entries, "d")
@@ -575,16 +565,6 @@ func TestWitnessLostIsLoss(t *testing.T) {
 	})
 }
 
-// loseOne removes one entry from m, as a loss or a restore would.
-func loseOne(m *memStore) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id := range m.entries {
-		delete(m.entries, id)
-		return
-	}
-}
-
 // TestLossRepairsFromOneReadOfEveryNode: after a loss the fleet is
 // repaired from one read of the cluster's nodes: a Service deleted since
 // (no worker) whose entries a restore brought back gets a worker that
@@ -596,40 +576,26 @@ func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
 	key := k8s.Key{Namespace: "ns", Name: "web"}
 	w.services[key] = service("ns", "web", "10.1.0.1", "10.1.0.2")
 	close(w.synced)
-	store := &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
+	store := newWatchStore()
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := startWith(t, w, store, func(s *Supervisor) { s.opts.Clock, s.opts.NodeCheckInterval = clk, time.Second })
 	f.waitFor(t, "2 instances", func() bool { return f.store.count("") == 2 })
 	// The restore: one of web's lost, one of web under its old Consul
 	// name and two of a Service deleted since are back.
-	loseOne(f.store)
+	f.store.loseOne()
 	old := f.cluster.Stamp(consul.Instance{ID: f.cluster.InstanceID("ns", "web", "10.1.0.9", 8080), Name: "web-old", Address: "10.1.0.9", Port: 8080,
 		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "web"}})
 	gone1 := f.cluster.Stamp(consul.Instance{ID: f.cluster.InstanceID("ns", "gone", "10.2.0.1", 8080), Name: "gone", Address: "10.2.0.1", Port: 8080,
 		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "gone"}})
 	gone2 := gone1
 	gone2.ID, gone2.Address = f.cluster.InstanceID("ns", "gone", "10.2.0.2", 8080), "10.2.0.2"
-	f.store.mu.Lock()
 	for _, in := range []consul.Instance{old, gone1, gone2} {
-		f.store.index++
-		f.store.entries[in.ID] = consul.Registered{Instance: in, Node: "k8s-test", ServiceIndex: f.store.index, CheckIndex: f.store.index, HasCheck: true}
+		f.store.put(in, "k8s-test")
 	}
-	f.store.mu.Unlock()
 	f.sup.lossSeen("service ns/web: 1 of 2 entries gone")
 	f.waitFor(t, "web's two instances, nothing else", func() bool {
 		return f.store.count("") == 2 && f.store.count(f.cluster.IDPrefix("ns", "web")) == 2 && f.store.count(old.ID) == 0
 	})
-}
-
-// outageStore is a witnessStore whose node reads fail while down.
-type outageStore struct {
-	*witnessStore
-	down atomic.Bool
-}
-
-func (s *outageStore) ReadNodes(ctx context.Context) (consul.NodesView, error) {
-	return readNodesUnlessDown(ctx, &s.down, s.nodeReads, s.witnessStore.ReadNodes)
 }
 
 // TestWritesBeforeAnOutageAreChecked: the witnesses standing when Consul
@@ -643,9 +609,7 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 	w.services[key] = service("ns", "s0", "10.1.0.1")
 	close(w.synced)
 	clk := clocktesting.NewFakeClock(time.Now())
-	store := &outageStore{witnessStore: &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
-		entries: map[string]uint64{}, retired: map[string]bool{}}}
-	store.set(nodeView(ours("k8s-test", 5)), 40)
+	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}, calls: make(chan struct{}, 1)}
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
@@ -653,18 +617,23 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
 	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
 	<-store.nodeReads // the first check, at bootstrap
+	<-store.calls     // which read the witnesses
 	x := consul.Witness{Node: "k8s-test", ID: "x", Name: "s0", Index: 70, At: clk.Now().Add(2 * time.Second)}
 	store.edit(func(s *witnessStore) { s.ws, s.entries["x"] = []consul.Witness{x}, 70 })
-	store.down.Store(true)
-	check() // no answer
+	store.down(true)
+	check()       // no answer
+	<-store.calls // the check took the witnesses standing
 	y := consul.Witness{Node: "k8s-test", ID: "y", Name: "s0", Index: 90, At: clk.Now().Add(3 * time.Second)}
 	store.edit(func(s *witnessStore) {
 		delete(s.entries, "x") // lost by the crash
 		s.ws, s.entries["y"] = []consul.Witness{x, y}, 90
 	})
-	store.down.Store(false)
+	store.down(false)
 	check()
-	f.waitFor(t, "the loss seen", func() bool { sig, _ := hooks.got(); return slices.Equal(sig, []string{SignalEntryLost}) })
+	f.waitFor(t, "the loss seen", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalEntryLost) })
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	}
 }
 
 // TestStoppedWorkerWitnessesNothing: a worker that ends (its Service gone,
@@ -677,8 +646,7 @@ func TestStoppedWorkerWitnessesNothing(t *testing.T) {
 	key := k8s.Key{Namespace: "ns", Name: "s0"}
 	w.services[key] = service("ns", "s0", "10.1.0.1")
 	close(w.synced)
-	store := &witnessStore{watchStore: &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)},
-		entries: map[string]uint64{}, retired: map[string]bool{}}
+	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}}
 	f := startWith(t, w, store, nil)
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
 	w.set(key, nil)

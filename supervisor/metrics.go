@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,7 +51,7 @@ func ParsePerWorker(s string) (PerWorker, error) {
 // scrape time, so a stopped worker leaves no stale series.
 type Metrics struct {
 	perWorker PerWorker
-	sup       *Supervisor
+	sup       atomic.Pointer[Supervisor] // the one whose Options.Metrics it is
 
 	rankMu   sync.Mutex
 	lastSeen map[k8s.Key]uint64 // activity of each worker at the last scrape (top-K)
@@ -86,7 +87,10 @@ type Metrics struct {
 	InformerSync prometheus.Gauge
 }
 
-// NewMetrics registers the fleet's metrics with reg.
+// NewMetrics registers the fleet's metrics with reg. Pass them to one
+// Supervisor as Options.Metrics (and their ObserveTxn and ObserveWait to
+// the consul client's options); the per-worker series come from that
+// supervisor.
 func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{perWorker: perWorker}
@@ -152,6 +156,7 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 5, 30}}, []string{"priority"})
 	m.InformerSync = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_k8s_informers_synced",
 		Help: "1 once the Service and EndpointSlice informers have synced."})
+	reg.MustRegister(&fleetCollector{m: m})
 	return m
 }
 
@@ -174,13 +179,15 @@ func (m *Metrics) ObserveWait(waited time.Duration, high bool) {
 	m.BudgetWait.WithLabelValues(p).Observe(waited.Seconds())
 }
 
-// Attach makes the metrics report on sup's workers; call once, before Run.
-func (m *Metrics) Attach(reg prometheus.Registerer, sup *Supervisor) {
-	m.sup = sup
-	sup.opts.Hooks = hooks{m}
-	sup.opts.ObserverFor = func(k8s.Key) worker.Observer { return observer{m} }
-	reg.MustRegister(&fleetCollector{m: m})
+// attach makes the metrics report on sup and its workers (New does it for
+// Options.Metrics).
+func (m *Metrics) attach(sup *Supervisor) {
+	if !m.sup.CompareAndSwap(nil, sup) {
+		panic("supervisor: one Metrics given to two Supervisors")
+	}
 }
+
+func (m *Metrics) observerFor(k8s.Key) worker.Observer { return observer{m} }
 
 type observer struct{ m *Metrics }
 
@@ -272,7 +279,10 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	sts := c.m.sup.Workers()
+	var sts []worker.Status
+	if sup := c.m.sup.Load(); sup != nil {
+		sts = sup.Workers()
+	}
 	byState := map[worker.State]int{}
 	for _, s := range []worker.State{worker.StateWaiting, worker.StateIdle, worker.StatePending,
 		worker.StateFlushing, worker.StateBackingOff, worker.StateInvalid} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -50,7 +51,7 @@ func startWithMetrics(t *testing.T, w *fakeWatcher, store Store, per PerWorker) 
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, per)
-	f := startWith(t, w, store, func(s *Supervisor) { m.Attach(reg, s) })
+	f := startOptions(t, w, store, func(o *Options) { o.Metrics = m }, nil)
 	return f, reg
 }
 
@@ -207,4 +208,35 @@ func TestTopKRanksTroubleThenRecentActivity(t *testing.T) {
 			t.Errorf("scrape %d: top-2 = %s, want %s", i+1, got, tc.want)
 		}
 	}
+}
+
+// TestMetricsAreAnOption: metrics given in Options report the fleet from
+// New on (the collector is registered by NewMetrics, before any
+// supervisor exists); one Metrics serves one supervisor, and Hooks or
+// ObserverFor beside it are refused rather than silently overridden.
+func TestMetricsAreAnOption(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, PerWorker{All: true})
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("gather before any supervisor: %v", err)
+	}
+	cluster, _ := ownership.New("test")
+	opts := Options{Worker: worker.Config{Cluster: cluster}, Watcher: newFakeWatcher(), Store: newMemStore(), Metrics: m}
+	sup := New(opts)
+	if _, ok := sup.opts.Hooks.(hooks); !ok || sup.opts.ObserverFor == nil || m.sup.Load() != sup {
+		t.Fatalf("New did not wire the metrics: hooks %T, observer %v", sup.opts.Hooks, sup.opts.ObserverFor != nil)
+	}
+	mustPanic := func(what string, o Options) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s: New did not panic", what)
+			}
+		}()
+		New(o)
+	}
+	mustPanic("a second supervisor", opts)
+	withHooks := opts
+	withHooks.Metrics, withHooks.Hooks = NewMetrics(prometheus.NewRegistry(), PerWorker{}), nopHooks{}
+	mustPanic("Metrics and Hooks", withHooks)
 }

@@ -42,7 +42,9 @@ func renderMetricsDoc(t *testing.T) string {
 	}
 	type row struct{ name, typ, labels, help string }
 	var fleet []row
+	gathered := map[string]bool{}
 	for _, f := range fams {
+		gathered[f.GetName()] = true
 		var labels []string
 		if len(f.Metric) > 0 {
 			for _, l := range f.Metric[0].Label {
@@ -57,6 +59,9 @@ func renderMetricsDoc(t *testing.T) string {
 	var perWorker []row
 	for d := range descs {
 		name, help, labels := parseDesc(d.String())
+		if gathered[name] {
+			continue // the collector's fleet series, gathered above
+		}
 		typ := "gauge"
 		switch {
 		case strings.HasSuffix(name, "_total"):

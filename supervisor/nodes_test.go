@@ -82,7 +82,7 @@ func TestAutoNodesSpreadAtBootstrap(t *testing.T) {
 				// many nodes are in use.
 				stale := cluster.Stamp(consul.Instance{ID: cluster.InstanceID("ns", "gone", "10.0.0.9", 8080), Name: "gone",
 					Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "gone"}, Check: consul.Check{Status: consul.StatusPassing}})
-				store.entries[stale.ID] = consul.Registered{Instance: stale, Node: fmt.Sprintf("k8s-test.%d", tc.inUse-1), ServiceIndex: 1, CheckIndex: 1, HasCheck: true}
+				store.put(stale, fmt.Sprintf("k8s-test.%d", tc.inUse-1))
 			}
 			close(w.synced)
 			hooks := &nodeHooks{}

@@ -30,10 +30,18 @@ type Watcher interface {
 	Keys() []k8s.Key
 }
 
-// Store is the part of the consul client the supervisor and its workers use.
+// Store is every call the supervisor and its workers make to the consul
+// client (consul.Client implements it).
 type Store interface {
 	worker.Store
+	// ReadNode reads every entry on the owner's nodes (the bootstrap read).
 	ReadNode(ctx context.Context) ([]consul.Registered, error)
+	// NodeWatcher and WitnessReader serve the node check (see
+	// Options.NodeCheckInterval).
+	NodeWatcher
+	WitnessReader
+	// KVIndex reads Consul's KV index at key (see Options.StateKey).
+	KVIndex(ctx context.Context, key string) (uint64, error)
 }
 
 // Options build a Supervisor. Watcher, Store and Worker.Cluster are required.
@@ -53,15 +61,21 @@ type Options struct {
 	// Consul lost its data and every worker resyncs at once.
 	NodeCheckInterval time.Duration
 	// StateKey is a Consul KV key nobody writes, read by the node check
-	// when the Store can (KVIndexReader): Consul answers a missing key
+	// (Store.KVIndex): Consul answers a missing key
 	// with the KV table's index, which moves only on KV writes (rare in
 	// most Consuls), so a snapshot restore shows as that index going back
 	// even when catalog writes right after the restore raised the nodes'
 	// indexes past their old values. "": not read.
 	StateKey string
-	// ObserverFor returns the metrics observer of one worker; nil: none.
+	// Metrics, when set (NewMetrics), receive the fleet's and every
+	// worker's measurements; they are the Hooks and ObserverFor, so those
+	// must then be nil (New panics otherwise).
+	Metrics *Metrics
+	// ObserverFor returns the observer of one worker; nil: none (tests;
+	// the daemon sets Metrics).
 	ObserverFor func(key k8s.Key) worker.Observer
-	// Hooks for fleet-wide metrics; nil: none.
+	// Hooks receive fleet-wide measurements; nil: none (tests; the daemon
+	// sets Metrics).
 	Hooks Hooks
 	// Shards splits Services between replicas (see GainShard); 1 (the
 	// default) means this process syncs every Service.
@@ -156,14 +170,24 @@ func New(opts Options) *Supervisor {
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
 	}
+	if m := opts.Metrics; m != nil {
+		if opts.Hooks != nil || opts.ObserverFor != nil {
+			panic("supervisor: Options.Metrics with Hooks or ObserverFor set")
+		}
+		opts.Hooks, opts.ObserverFor = hooks{m}, m.observerFor
+	}
 	if opts.Hooks == nil {
 		opts.Hooks = nopHooks{}
 	}
 	if opts.Shards < 1 {
 		opts.Shards = 1
 	}
-	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
+	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
 		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{}}
+	if opts.Metrics != nil {
+		opts.Metrics.attach(s)
+	}
+	return s
 }
 
 // Bootstrapped reports whether the informers synced and the owned state was
@@ -450,11 +474,9 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	defer s.wg.Done()
 	defer close(e.done)
 	defer e.cancel(nil)
-	if wr, ok := s.opts.Store.(WitnessReader); ok {
-		// Stopped, handed over or finished: its entries are someone
-		// else's business now, and witness nothing of this process.
-		defer wr.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
-	}
+	// Stopped, handed over or finished: its entries are someone else's
+	// business now, and witness nothing of this process.
+	defer s.opts.Store.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
 	for {
 		err := safeRun(ctx, e.w)
 		if ctx.Err() != nil {

@@ -5,74 +5,85 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/consultest"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/k8s/k8stest"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	twinsMu.Lock()
+	for _, tw := range twins {
+		tw.Close()
+	}
+	twinsMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
-// fakeWatcher is an in-memory k8s.Watcher.
+// twins are the memStores' Consul twins, closed after the tests (the shard
+// tests build memStores without a *testing.T).
+var (
+	twinsMu sync.Mutex
+	twins   []*consultest.Server
+)
+
+// fakeWatcher is k8stest's Watcher, plus the two fields the shard tests
+// (leases_test.go, shards_test.go) fill before the supervisor starts:
+// services, loaded into the watcher once synced is closed.
 type fakeWatcher struct {
-	mu       sync.Mutex
+	*k8stest.Watcher
 	services map[k8s.Key]*k8s.Service
-	h        k8s.Handler
 	synced   chan struct{}
+	load     sync.Once
 }
 
 func newFakeWatcher() *fakeWatcher {
-	return &fakeWatcher{services: map[k8s.Key]*k8s.Service{}, synced: make(chan struct{})}
+	return &fakeWatcher{Watcher: k8stest.New(), services: map[k8s.Key]*k8s.Service{}, synced: make(chan struct{})}
 }
 
-func (f *fakeWatcher) SetHandler(h k8s.Handler) { f.h = h }
-func (f *fakeWatcher) Start(context.Context)    {}
-func (f *fakeWatcher) Wait()                    {}
 func (f *fakeWatcher) WaitForSync(ctx context.Context) bool {
 	select {
 	case <-f.synced:
-		return true
 	case <-ctx.Done():
 		return false
 	}
-}
-func (f *fakeWatcher) Service(key k8s.Key) (*k8s.Service, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.services[key]
-	return s, ok, nil
-}
-func (f *fakeWatcher) Keys() []k8s.Key {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	keys := make([]k8s.Key, 0, len(f.services))
-	for k := range f.services {
-		keys = append(keys, k)
-	}
-	return keys
+	f.load.Do(func() {
+		for _, svc := range f.services {
+			f.Watcher.Set(svc)
+		}
+		f.Watcher.Synced()
+	})
+	return f.Watcher.WaitForSync(ctx)
 }
 
 // set stores svc (nil deletes key) and notifies.
 func (f *fakeWatcher) set(key k8s.Key, svc *k8s.Service) {
-	f.mu.Lock()
 	if svc == nil {
-		delete(f.services, key)
-	} else {
-		f.services[key] = svc
+		f.Watcher.Delete(key)
+		return
 	}
-	f.mu.Unlock()
-	if f.h != nil {
-		f.h.Changed(key)
-	}
+	f.Watcher.Set(svc)
 }
 
 func service(ns, name string, ips ...string) *k8s.Service {
@@ -85,77 +96,104 @@ func service(ns, name string, ips ...string) *k8s.Service {
 	return s
 }
 
-// memStore is an in-memory consul node: the twin of consul.Client.
+// memStore is the supervisor's Store in these tests: the real consul.Client
+// of cluster "test" on the Consul twin (consul/consultest); it counts
+// applies and signals every write. startWith binds it to the supervisor's
+// cluster (its number of nodes).
 type memStore struct {
-	mu       sync.Mutex
-	entries  map[string]consul.Registered
-	index    uint64
-	applies  int
-	failRead error
-	changed  chan struct{}
+	*consul.Client
+	twin  *consultest.Server
+	other *api.Client // someone else writing to the catalog
+
+	mu      sync.Mutex
+	applies int
+	cluster ownership.Cluster
+	changed chan struct{}
 }
 
 func newMemStore() *memStore {
-	return &memStore{entries: map[string]consul.Registered{}, changed: make(chan struct{}, 1000)}
+	twin := consultest.NewServer()
+	twinsMu.Lock()
+	twins = append(twins, twin)
+	twinsMu.Unlock()
+	m := &memStore{twin: twin, other: twin.Client(), changed: make(chan struct{}, 1000)}
+	cluster, _ := ownership.New("test")
+	m.bind(cluster)
+	return m
 }
 
-func (m *memStore) ReadNode(context.Context) ([]consul.Registered, error) {
+// bind makes the store the client of cluster (before the supervisor runs).
+func (m *memStore) bind(cluster ownership.Cluster) {
+	m.cluster = cluster
+	m.Client = consul.NewClient(m.twin.Client(), cluster, consul.Options{})
+}
+
+func (m *memStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.failRead != nil {
-		return nil, m.failRead
-	}
-	out := make([]consul.Registered, 0, len(m.entries))
-	for _, r := range m.entries {
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (m *memStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
-	all, err := m.ReadNode(ctx)
-	var out []consul.Registered
-	for _, r := range all {
-		if strings.HasPrefix(r.ID, prefix) {
-			out = append(out, r)
-		}
-	}
-	return out, err
-}
-
-func (m *memStore) Apply(_ context.Context, ch consul.Change) (consul.Applied, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.applies++
-	var a consul.Applied
-	for _, r := range ch.Deregister {
-		delete(m.entries, r.ID)
-		a.Deleted = append(a.Deleted, r.ID)
-	}
-	write := func(in consul.Instance, node string) {
-		m.index++
-		r := consul.Registered{Instance: in, Node: node, ServiceIndex: m.index, CheckIndex: m.index, HasCheck: true}
-		m.entries[in.ID] = r
-		a.Written = append(a.Written, r)
-	}
-	for _, in := range ch.Register {
-		node := "k8s-test" // the client's owner's node
-		if ch.NodeFor != nil {
-			node = ch.NodeFor(in.ID)
-		}
-		write(in, node)
-	}
-	for _, u := range ch.Update {
-		write(u.Want, u.Have.Node)
-	}
-	a.Txns = 1
-	m.changed <- struct{}{}
-	return a, nil
+	m.mu.Unlock()
+	defer func() { m.changed <- struct{}{} }()
+	return m.Client.Apply(ctx, ch)
 }
 
+// reader is a client of the store's cluster for the test's own reads and
+// writes (it shares no state with the supervisor's).
+func (m *memStore) reader() *consul.Client {
+	big, _ := m.cluster.WithNodes(ownership.MaxNodes)
+	return consul.NewClient(m.twin.Client(), big, consul.Options{})
+}
+
+// count counts the entries on the cluster's nodes whose ID has prefix.
 func (m *memStore) count(prefix string) int {
-	n, _ := m.ReadPrefix(context.Background(), prefix)
+	n, err := m.reader().ReadPrefix(context.Background(), prefix)
+	if err != nil {
+		panic(err)
+	}
 	return len(n)
+}
+
+// put writes in on node, as an earlier fleetsync did.
+func (m *memStore) put(in consul.Instance, node string) {
+	if _, err := m.reader().Apply(context.Background(), consul.Change{Register: []consul.Instance{in}, NodeFor: func(string) string { return node }}); err != nil {
+		panic(err)
+	}
+}
+
+// loseOne deletes one of the cluster's entries behind the fleet's back, as
+// a loss or a restore would.
+func (m *memStore) loseOne() {
+	all, err := m.reader().ReadPrefix(context.Background(), "")
+	if err != nil || len(all) == 0 {
+		panic(fmt.Sprintf("nothing to lose: %v", err))
+	}
+	if _, err := m.other.Catalog().Deregister(&api.CatalogDeregistration{Node: all[0].Node, ServiceID: all[0].ID}, nil); err != nil {
+		panic(err)
+	}
+}
+
+// down makes every request to Consul fail as an unreachable one does
+// (false: answered again).
+func (m *memStore) down(down bool) {
+	if !down {
+		m.twin.SetFault(nil)
+		return
+	}
+	m.twin.SetFault(func(*http.Request) error { return errRefused })
+}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:8500: connect: connection refused")
+
+// instanceNodes names the node of every entry of the cluster.
+func (m *memStore) instanceNodes() []string {
+	all, err := m.reader().ReadPrefix(context.Background(), "")
+	if err != nil {
+		panic(err)
+	}
+	var out []string
+	for _, r := range all {
+		out = append(out, r.Node)
+	}
+	return out
 }
 
 func memOf(s Store) *memStore {
@@ -166,11 +204,7 @@ func memOf(s Store) *memStore {
 		return s.memStore
 	case *watchStore:
 		return s.memStore
-	case *downStore:
-		return s.memStore
 	case *witnessStore:
-		return s.memStore
-	case *outageStore:
 		return s.memStore
 	}
 	panic("unknown store")
@@ -194,20 +228,31 @@ func start(t *testing.T, w *fakeWatcher, store *memStore) *fixture {
 // startWith runs a supervisor over w and store; edit runs before Run.
 func startWith(t *testing.T, w *fakeWatcher, store Store, edit func(*Supervisor)) *fixture {
 	t.Helper()
+	return startOptions(t, w, store, nil, edit)
+}
+
+// startOptions is startWith with options edited before New.
+func startOptions(t *testing.T, w *fakeWatcher, store Store, opts func(*Options), edit func(*Supervisor)) *fixture {
+	t.Helper()
 	cluster, err := ownership.New("test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := New(Options{
+	o := Options{
 		Selector: Selector{Allow: []string{"*"}, Deny: []string{"kube-system"}},
 		Worker:   worker.Config{Cluster: cluster, DefaultWindow: 0, Terminating: worker.TerminatingWarning},
 		Watcher:  w, Store: store,
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	sup := New(o)
 	if edit != nil {
 		edit(sup)
 	}
+	memOf(store).bind(sup.opts.Worker.Cluster)
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fixture{w: w, store: memOf(store), sup: sup, cluster: cluster, cancel: cancel, done: make(chan error, 1)}
+	f := &fixture{w: w, store: memOf(store), sup: sup, cluster: sup.opts.Worker.Cluster, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- sup.Run(ctx) }()
 	t.Cleanup(f.stop)
 	return f
@@ -241,7 +286,7 @@ func TestBootstrapStartsWorkersAndReapsDeletedServices(t *testing.T) {
 	// An instance of a Service deleted while fleetsync was down.
 	gone := cluster.Stamp(consul.Instance{ID: cluster.InstanceID("ns", "gone", "10.0.0.9", 80), Name: "gone",
 		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "gone"}})
-	store.entries[gone.ID] = consul.Registered{Instance: gone, Node: cluster.NodeName(), ServiceIndex: 1, HasCheck: true}
+	store.put(gone, cluster.NodeName())
 	w.services[k8s.Key{Namespace: "ns", Name: "a"}] = service("ns", "a", "10.0.0.1", "10.0.0.2")
 	w.services[k8s.Key{Namespace: "kube-system", Name: "dns"}] = service("kube-system", "dns", "10.0.0.3")
 
@@ -261,17 +306,24 @@ func TestBootstrapStartsWorkersAndReapsDeletedServices(t *testing.T) {
 
 func TestConsulUnreachableAtStartDelaysBootstrap(t *testing.T) {
 	w, store := newFakeWatcher(), newMemStore()
-	store.failRead = errors.New("connection refused")
+	reads := make(chan struct{}, 1)
+	store.twin.SetFault(func(*http.Request) error {
+		select {
+		case reads <- struct{}{}:
+		default:
+		}
+		return errRefused
+	})
 	w.services[k8s.Key{Namespace: "ns", Name: "a"}] = service("ns", "a", "10.0.0.1")
 	close(w.synced)
 	f := start(t, w, store)
+	<-reads // the bootstrap read, failed
+	<-reads // and its retry
 	// While Consul cannot be read, nothing is written and the fleet is not ready.
 	if f.sup.Bootstrapped() || store.applies != 0 {
 		t.Fatalf("bootstrapped=%v applies=%d with Consul unreachable", f.sup.Bootstrapped(), store.applies)
 	}
-	store.mu.Lock()
-	store.failRead = nil
-	store.mu.Unlock()
+	store.down(false)
 	f.waitFor(t, "a registered once Consul answers", func() bool { return store.count("") == 1 })
 }
 

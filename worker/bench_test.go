@@ -95,7 +95,7 @@ func BenchmarkDiff(b *testing.B) {
 
 func BenchmarkNotify(b *testing.B) {
 	w := New(Options{Key: testKey, Config: testConfig(b), Lookup: (&fakeK8s{svc: benchSvc(10), selected: true}).lookup,
-		Store: newFakeStore(testCluster(b)), OwnedKnown: true})
+		Store: newFakeStore(b, testCluster(b)), OwnedKnown: true})
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Notify() // not running: nothing drains the trigger, as for a worker that cannot flush

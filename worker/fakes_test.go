@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/consultest"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 )
@@ -27,32 +27,39 @@ const failsafe = 10 * time.Second
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// fakeStore is an in-memory twin of the consul client: CAS on the service
-// index, all-or-nothing applies, ownership checks like the real writer.
+// fakeStore is the worker's Store in these tests: the real consul.Client
+// on the Consul twin (consul/consultest), with a record of every Apply and
+// faults the test asks for around it.
 type fakeStore struct {
+	*consul.Client
+	twin    *consultest.Server
+	setup   *consul.Client // fleetsync's earlier writes (put)
+	other   *api.Client    // someone else writing to the catalog
 	cluster ownership.Cluster
 
 	mu        sync.Mutex
-	entries   map[string]consul.Registered
-	index     uint64
 	applies   []consul.Change // a copy of every Apply's change
 	ctxErrs   []error         // ctx.Err() seen by every Apply
-	reads     int
-	fails     []error       // returned by the next applies, in order
-	block     chan struct{} // the next Apply waits for it to close
-	onApply   func()        // runs inside every Apply (before it commits)
-	panics    int           // the next applies panic
-	readFails int           // the next reads fail
+	reads     int             // ReadPrefix calls
+	byName    int             // ReadService calls
+	fails     []error         // returned by the next applies, in order
+	block     chan struct{}   // the next Apply waits for it to close
+	onApply   func()          // runs inside every Apply (before it commits)
+	panics    int             // the next applies panic
+	readFails int             // the next reads fail
 
 	applied chan consul.Change // every Apply, as it starts
 	started chan struct{}      // a blocked Apply is waiting
 }
 
-func newFakeStore(cluster ownership.Cluster) *fakeStore {
+func newFakeStore(t testing.TB, cluster ownership.Cluster) *fakeStore {
+	twin := consultest.New(t)
 	return &fakeStore{
+		Client:  consul.NewClient(twin.Client(), cluster, consul.Options{}),
+		twin:    twin,
+		setup:   consul.NewClient(twin.Client(), cluster, consul.Options{}),
+		other:   twin.Client(),
 		cluster: cluster,
-		entries: map[string]consul.Registered{},
-		index:   100,
 		applied: make(chan consul.Change, 1000),
 		started: make(chan struct{}, 1),
 	}
@@ -99,6 +106,7 @@ func (s *fakeStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied
 		select {
 		case <-block:
 		case <-ctx.Done():
+			ch.Permit.Release()
 			return consul.Applied{}, ctx.Err()
 		}
 	}
@@ -106,141 +114,113 @@ func (s *fakeStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied
 		hook()
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.fails) > 0 {
 		err := s.fails[0]
 		s.fails = s.fails[1:]
+		s.mu.Unlock()
+		ch.Permit.Release()
 		return consul.Applied{}, err
 	}
-	return s.commit(ch)
+	s.mu.Unlock()
+	return s.Client.Apply(ctx, ch)
 }
 
-// commit applies ch atomically; s.mu is held.
-func (s *fakeStore) commit(ch consul.Change) (consul.Applied, error) {
-	for _, in := range ch.Register {
-		if err := s.cluster.Stamped(in); err != nil {
-			return consul.Applied{}, fmt.Errorf("%w: %v", consul.ErrRefused, err)
-		}
+func (s *fakeStore) readFault() error {
+	if s.readFails > 0 {
+		s.readFails--
+		return errTransient
 	}
-	for _, u := range ch.Update {
-		if err := s.cluster.Stamped(u.Want); err != nil {
-			return consul.Applied{}, fmt.Errorf("%w: %v", consul.ErrRefused, err)
-		}
-		if err := s.cluster.Owns(u.Have); err != nil {
-			return consul.Applied{}, fmt.Errorf("%w: %v", consul.ErrRefused, err)
-		}
-	}
-	for _, r := range ch.Deregister {
-		if err := s.cluster.Owns(r); err != nil {
-			return consul.Applied{}, fmt.Errorf("%w: %v", consul.ErrRefused, err)
-		}
-	}
-	next := maps.Clone(s.entries)
-	index := s.index
-	var done consul.Applied
-	conflict := func(id string) (consul.Applied, error) {
-		return consul.Applied{}, fmt.Errorf("txn rolled back: %w: %s", consul.ErrConflict, id)
-	}
-	write := func(in consul.Instance) {
-		index++
-		r := consul.Registered{Instance: cloneInstance(in), Node: s.cluster.NodeName(), ServiceIndex: index, CheckIndex: index, HasCheck: true}
-		next[in.ID] = r
-		done.Written = append(done.Written, r)
-	}
-	for _, r := range ch.Deregister {
-		if cur, ok := next[r.ID]; !ok || cur.ServiceIndex != r.ServiceIndex {
-			return conflict(r.ID)
-		}
-		delete(next, r.ID)
-		done.Deleted = append(done.Deleted, r.ID)
-		done.Deregistered++
-	}
-	for _, u := range ch.Update {
-		if cur, ok := next[u.Have.ID]; !ok || cur.ServiceIndex != u.Have.ServiceIndex || u.Want.ID != u.Have.ID {
-			return conflict(u.Have.ID)
-		}
-		write(u.Want)
-		done.Updated++
-	}
-	for _, in := range ch.Register {
-		if _, ok := next[in.ID]; ok {
-			return conflict(in.ID)
-		}
-		write(in)
-		done.Registered++
-	}
-	s.entries, s.index = next, index
-	done.Txns = 1
-	done.Ops = 1 + 2*(len(ch.Register)+len(ch.Update)) + len(ch.Deregister)
-	return done, nil
+	return nil
 }
 
 func (s *fakeStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.reads++
-	if s.readFails > 0 {
-		s.readFails--
-		return nil, errTransient
+	err := s.readFault()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	var out []consul.Registered
-	for id, r := range s.entries {
-		if strings.HasPrefix(id, prefix) {
-			r.Instance = cloneInstance(r.Instance)
-			out = append(out, r)
-		}
+	return s.Client.ReadPrefix(ctx, prefix)
+}
+
+func (s *fakeStore) ReadService(ctx context.Context, name string) ([]consul.Registered, error) {
+	s.mu.Lock()
+	s.byName++
+	err := s.readFault()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, ctx.Err()
+	return s.Client.ReadService(ctx, name)
+}
+
+// nameReads counts the reads by Consul name (anti-entropy passes).
+func (s *fakeStore) nameReads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byName
 }
 
 // put stores in as if written by fleetsync earlier; it returns the entry.
 func (s *fakeStore) put(in consul.Instance) consul.Registered {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.index++
-	r := consul.Registered{Instance: cloneInstance(in), Node: s.cluster.NodeName(), ServiceIndex: s.index, CheckIndex: s.index, HasCheck: true}
-	s.entries[in.ID] = r
-	r.Instance = cloneInstance(in)
-	return r
-}
-
-// edit changes an entry behind the worker's back (another writer).
-func (s *fakeStore) edit(id string, f func(*consul.Registered)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.entries[id]
-	if !ok {
-		panic("no entry " + id)
+	done, err := s.setup.Apply(context.Background(), consul.Change{Register: []consul.Instance{in}})
+	if err != nil || len(done.Written) != 1 {
+		panic(fmt.Sprintf("put %s: %v", in.ID, err))
 	}
-	r.Instance = cloneInstance(r.Instance)
+	return done.Written[0]
+}
+
+// entry reads the entry with ID id; it panics when there is none.
+func (s *fakeStore) entry(id string) consul.Registered {
+	got, err := s.setup.ReadPrefix(context.Background(), id)
+	for _, r := range got {
+		if r.ID == id {
+			return r
+		}
+	}
+	panic(fmt.Sprintf("no entry %s: %v", id, err))
+}
+
+// edit changes an entry behind the worker's back: another writer
+// registers the service again, its check left as it is.
+func (s *fakeStore) edit(id string, f func(*consul.Registered)) {
+	r := s.entry(id)
 	f(&r)
-	s.index++
-	r.ServiceIndex = s.index
-	s.entries[id] = r
+	reg := &api.CatalogRegistration{Node: r.Node, SkipNodeUpdate: true, Service: &api.AgentService{
+		ID: r.ID, Service: r.Name, Address: r.Address, Port: r.Port, Tags: r.Tags, Meta: r.Meta}}
+	if _, err := s.other.Catalog().Register(reg, nil); err != nil {
+		panic(err)
+	}
 }
 
+// remove deletes an entry behind the worker's back.
 func (s *fakeStore) remove(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.entries, id)
+	r := s.entry(id)
+	if _, err := s.other.Catalog().Deregister(&api.CatalogDeregistration{Node: r.Node, ServiceID: id}, nil); err != nil {
+		panic(err)
+	}
 }
 
+// instances is what Consul holds on the cluster's nodes, by ID.
 func (s *fakeStore) instances() []consul.Instance {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []consul.Instance
-	for _, r := range s.entries {
-		out = append(out, cloneInstance(r.Instance))
+	got, err := s.setup.ReadPrefix(context.Background(), "")
+	if err != nil {
+		panic(err)
+	}
+	out := make([]consul.Instance, 0, len(got))
+	for _, r := range got {
+		out = append(out, r.Instance)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
+// counts counts the applies and the reads (by prefix or by name).
 func (s *fakeStore) counts() (applies, reads int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.applies), s.reads
+	return len(s.applies), s.reads + s.byName
 }
 
 func (s *fakeStore) appliesCopy() []consul.Change {
@@ -384,6 +364,7 @@ type harness struct {
 	cfg   Config
 	w     *Worker
 
+	gated   chan struct{} // Run waits for its Gate
 	cancel  context.CancelFunc
 	done    chan error
 	result  error
@@ -398,7 +379,7 @@ func newHarness(t *testing.T, svc *k8s.Service, edit func(*harness, *Options)) *
 	h := &harness{
 		t:     t,
 		clk:   clocktesting.NewFakeClock(t0),
-		store: newFakeStore(cluster),
+		store: newFakeStore(t, cluster),
 		k8s:   &fakeK8s{svc: svc, selected: true},
 		obs:   &fakeObserver{flushed: make(chan Flush, 1000)},
 		rep:   &fakeReporter{},
@@ -420,6 +401,8 @@ func newHarness(t *testing.T, svc *k8s.Service, edit func(*harness, *Options)) *
 	}
 	h.cfg = opts.Config
 	h.w = New(opts)
+	h.gated = make(chan struct{}, 1)
+	h.w.atGate = func() { h.gated <- struct{}{} }
 	t.Cleanup(func() { h.stop() })
 	return h
 }
@@ -523,21 +506,14 @@ func (h *harness) until(what string, cond func() bool) {
 	}
 }
 
-// awaitBlockedIn waits until a goroutine is blocked in a select or channel
-// operation inside function fn (as named in a stack trace).
-func (h *harness) awaitBlockedIn(fn string) {
+// awaitGate waits until Run waits for its Gate.
+func (h *harness) awaitGate() {
 	h.t.Helper()
-	buf := make([]byte, 1<<20)
-	h.until("blocked in "+fn, func() bool {
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			header, _, _ := strings.Cut(g, "\n")
-			if (strings.Contains(header, "[select") || strings.Contains(header, "[chan receive")) && strings.Contains(g, fn+"(") {
-				return true
-			}
-		}
-		return false
-	})
+	select {
+	case <-h.gated:
+	case <-time.After(failsafe):
+		h.t.Fatalf("worker never waited for its gate; status %+v", h.w.Status())
+	}
 }
 
 // awaitTimer waits until the worker has armed its window timer.

@@ -26,7 +26,7 @@ func TestInstanceStaysWhenItsNewNodeHoldsAForeignEntry(t *testing.T) {
 	}
 	want := spread.Stamp(consul.Instance{ID: id, Name: testName, Address: "10.0.0.1", Port: 8080,
 		Meta: map[string]string{MetaNamespace: testKey.Namespace, MetaService: testKey.Name}, Check: consul.Check{Status: consul.StatusPassing}})
-	w := New(Options{Key: testKey, Config: cfg, Lookup: func() (*k8s.Service, bool) { return nil, false }, Store: newFakeStore(spread)})
+	w := New(Options{Key: testKey, Config: cfg, Lookup: func() (*k8s.Service, bool) { return nil, false }, Store: newFakeStore(t, spread)})
 	w.owned = map[string]consul.Registered{id: {Instance: want, Node: spread.NodeName(), ServiceIndex: 10, HasCheck: true}}
 	if ch := Diff([]consul.Instance{want}, w.owned, w.nodeOf); len(ch.Register) != 1 {
 		t.Fatalf("without a foreign entry the instance moves home: %+v", ch)

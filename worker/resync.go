@@ -11,12 +11,6 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 )
 
-// ServiceReader is implemented by a Store that can read one Consul service
-// on our node in one index-backed request (consul.Client.ReadService).
-type ServiceReader interface {
-	ReadService(ctx context.Context, name string) ([]consul.Registered, error)
-}
-
 // Resync asks the worker for an anti-entropy pass: re-read its owned state
 // from Consul and repair any drift. It never blocks. The supervisor calls it
 // when Consul lost its data; the worker also runs one every ResyncPeriod.
@@ -41,12 +35,8 @@ func nextResync(period time.Duration) time.Duration {
 // readOwnedByName is the anti-entropy read: one request per Consul name the
 // worker knows (the names of its owned instances and its desired name),
 // each backed by Consul's service index. It reports false when it cannot be
-// used (no names known, or the store cannot read by name).
+// used (no names known).
 func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
-	sr, ok := w.opts.Store.(ServiceReader)
-	if !ok {
-		return false, nil
-	}
 	names := w.knownNames()
 	if len(names) == 0 {
 		return false, nil
@@ -61,7 +51,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	}
 	var entries []consul.Registered
 	for _, name := range names {
-		got, err := sr.ReadService(ctx, name)
+		got, err := w.opts.Store.ReadService(ctx, name)
 		if err != nil {
 			return true, fmt.Errorf("anti-entropy read: %w", err)
 		}

@@ -1,10 +1,8 @@
 package worker
 
 import (
-	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,41 +10,11 @@ import (
 	"github.com/fleetsync/fleetsync/k8s"
 )
 
-// nameStore is a fakeStore that also reads by Consul name, and counts it.
-type nameStore struct {
-	*fakeStore
-	mu     sync.Mutex
-	byName int
-}
-
-func (n *nameStore) ReadService(ctx context.Context, name string) ([]consul.Registered, error) {
-	n.mu.Lock()
-	n.byName++
-	n.mu.Unlock()
-	all, err := n.ReadPrefix(ctx, "")
-	var out []consul.Registered
-	for _, r := range all {
-		if r.Name == name {
-			out = append(out, r)
-		}
-	}
-	return out, err
-}
-
-func (n *nameStore) reads() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.byName
-}
-
 // TestAntiEntropy: a periodic pass with nothing drifted writes nothing; an
 // instance deleted or edited behind the worker's back is repaired by the
 // next pass; Resync triggers a pass at once. Reads go by Consul name.
 func TestAntiEntropy(t *testing.T) {
-	var ns *nameStore
 	h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB}), func(h *harness, o *Options) {
-		ns = &nameStore{fakeStore: h.store}
-		o.Store = ns
 		o.ResyncPeriod = 5 * W
 	})
 	h.start()
@@ -57,8 +25,8 @@ func TestAntiEntropy(t *testing.T) {
 	if f := h.flush(); f.Wrote || !f.Resync || f.Err != nil {
 		t.Fatalf("quiet pass: %+v", f)
 	}
-	if ns.reads() != 1 {
-		t.Fatalf("%d reads by name, want 1", ns.reads())
+	if h.store.nameReads() != 1 {
+		t.Fatalf("%d reads by name, want 1", h.store.nameReads())
 	}
 	if st := h.w.Status(); st.Resyncs != 1 || st.Repairs != 0 {
 		t.Fatalf("status after a quiet pass: resyncs %d repairs %d", st.Resyncs, st.Repairs)
@@ -185,11 +153,7 @@ func TestTamperedEntryDoesNotFreezeTheService(t *testing.T) {
 // answer, the retry re-reads Consul first, so instances lost while Consul
 // was away (it came back empty) are registered again, not only the change.
 func TestRetryAfterUnreachableRereads(t *testing.T) {
-	var ns *nameStore
-	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
-		ns = &nameStore{fakeStore: h.store}
-		o.Store = ns
-	})
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), nil)
 	h.start()
 	h.wrote("+10.0.0.1:8080")
 	h.store.failNext(1, errors.New("dial tcp 127.0.0.1:8500: connect: connection refused"))
@@ -203,7 +167,7 @@ func TestRetryAfterUnreachableRereads(t *testing.T) {
 	h.awaitTimer()
 	h.clk.Step(30 * time.Second) // past any backoff
 	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
-	if ns.reads() == 0 {
+	if h.store.nameReads() == 0 {
 		t.Error("the retry did not re-read Consul")
 	}
 }

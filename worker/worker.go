@@ -19,7 +19,17 @@ import (
 
 // Store is the part of the consul client a worker uses.
 type Store interface {
+	// ReadPrefix reads the entries on the owner's nodes whose ID starts
+	// with prefix, owned or not (the worker keeps what ownership accepts).
 	ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error)
+	// ReadService reads the entries of one Consul service name on the
+	// owner's nodes in one index-backed request: the anti-entropy read.
+	ReadService(ctx context.Context, name string) ([]consul.Registered, error)
+	// Acquire waits for the write budget of one transaction (high:
+	// priority); the permit goes out in Change.Permit or is released.
+	Acquire(ctx context.Context, high bool) (consul.Permit, error)
+	// Apply writes a change as conditional transactions (see package
+	// consul).
 	Apply(ctx context.Context, ch consul.Change) (consul.Applied, error)
 }
 
@@ -115,6 +125,10 @@ type Worker struct {
 
 	mu     sync.Mutex
 	status Status
+
+	// atGate, when set (by tests, before Run), is called as Run starts
+	// waiting for a closed Gate.
+	atGate func()
 }
 
 // New returns a worker; it does nothing until Run.
@@ -326,6 +340,9 @@ func (w *Worker) waitGate(ctx context.Context) error {
 	if w.opts.Gate == nil {
 		return nil
 	}
+	if w.atGate != nil {
+		w.atGate()
+	}
 	select {
 	case <-w.opts.Gate:
 		return nil
@@ -499,24 +516,15 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 	}
 }
 
-// Budgeter is implemented by a Store with a global write budget.
-type Budgeter interface {
-	Acquire(ctx context.Context, high bool) (consul.Permit, error)
-}
-
-// acquire waits for the write budget when the Store has one, then diffs
+// acquire waits for the write budget, then diffs
 // again: while the worker waited, newer state may have arrived, and the
 // latest state is what gets written (or nothing, if it now agrees). High
 // priority goes to isolated changes and to changes that only remove
 // instances.
 func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) {
-	var permit consul.Permit
-	if b, ok := w.opts.Store.(Budgeter); ok {
-		p, err := b.Acquire(ctx, high)
-		if err != nil {
-			return consul.Change{}, err
-		}
-		permit = p
+	permit, err := w.opts.Store.Acquire(ctx, high)
+	if err != nil {
+		return consul.Change{}, err
 	}
 	desired, r, err := w.desired()
 	if err != nil || r.invalid {

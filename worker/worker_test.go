@@ -283,7 +283,7 @@ func TestRunWindow(t *testing.T) {
 			h.k8s.gate = gate
 		})
 		h.start()
-		h.awaitBlockedIn("worker.(*Worker).waitGate")
+		h.awaitGate()
 		h.notify(nil)
 		h.notify(addEndpoint(epB))
 		if st := h.w.Status(); st.State != StateWaiting || st.Looks != 0 || st.Events != 2 {
@@ -640,7 +640,7 @@ func TestRunStop(t *testing.T) {
 			o.DrainTimeout = time.Second
 		})
 		h.start()
-		h.awaitBlockedIn("worker.(*Worker).waitGate")
+		h.awaitGate()
 		h.notify(nil)
 		if err := h.stop(); err != nil {
 			t.Fatal(err)

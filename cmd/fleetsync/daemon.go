@@ -91,6 +91,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"),
 		}),
 		Store:             store,
+		Metrics:           metrics,
 		Reporter:          recorder,
 		Log:               log,
 		Shards:            cfg.Shard.Shards,
@@ -105,7 +106,6 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err := sup.Selector().Validate(); err != nil {
 		return err
 	}
-	metrics.Attach(reg, sup)
 	ready.sup = sup
 	var shards *shard.Manager
 	if cfg.Shard.Shards > 1 {
@@ -137,19 +137,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		}
 		return nil
 	})
-	g.Go(func() error {
-		tokens.Watch(gctx, 5*time.Second)
-		return nil
-	})
+	g.Go(func() error { return tokens.Watch(gctx, 5*time.Second) })
 	if shards != nil {
 		// An error (the Leases forbidden: RBAC) stops the process: a
 		// replica that can hold no shard must not run as if it could.
 		g.Go(func() error { return shards.Run(gctx) })
 	}
-	g.Go(func() error {
-		health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2))
-		return nil
-	})
+	g.Go(func() error { return health.Run(gctx, min(5*time.Second, cfg.ConsulGrace/2)) })
 	g.Go(func() error {
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -174,6 +168,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 				return err // refused, or stopping
 			}
 			defer claim.Release()
+			// Kept until Release, not until gctx ends: the last
+			// flushes at shutdown still write under the claim.
+			g.Go(func() error { return claim.Keep(context.WithoutCancel(gctx)) })
 			// Every transaction checks the claim still names this
 			// cluster: once another cluster takes it, nothing lands.
 			store.SetGuard(claim)

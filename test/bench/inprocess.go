@@ -172,9 +172,8 @@ func (b *bench) inprocess() error {
 			Worker: worker.Config{Cluster: cluster, DefaultWindow: time.Second, K8sTag: "k8s",
 				Terminating: worker.TerminatingWarning},
 			Watcher: srcs[i], Store: store, Log: log, DrainTimeout: 10 * time.Second,
-			ResyncPeriod: 5 * time.Minute, NodeCheckInterval: 10 * time.Second,
+			ResyncPeriod: 5 * time.Minute, NodeCheckInterval: 10 * time.Second, Metrics: metrics,
 		})
-		metrics.Attach(reg, sups[i])
 	}
 
 	base, err := b.quietApplies(2 * time.Second)

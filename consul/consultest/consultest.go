@@ -1,0 +1,545 @@
+// Package consultest is an in-memory twin of the parts of Consul's HTTP API
+// that fleetsync uses, for fast unit tests of every package. It serves the
+// real wire format on a loopback httptest server, so a test drives it with
+// the real consul/api client and the real consul.Client.
+//
+// Semantics copied from Consul 1.14 (agent/consul/state, pinned by this
+// package's tests, and compared with the real agent by TestTwinAgreesWithAgent
+// when FLEETSYNC_TOOLS_BIN is set):
+//
+//   - /v1/txn is all-or-nothing: one failed op rolls every op back and the
+//     answer is 409 with each failed op's index and reason; a write
+//     transaction consumes one raft index whether it commits or not.
+//
+//   - Node, service and check ops: set, cas (ModifyIndex 0 means create only
+//     if absent), delete, delete-cas (on the ModifyIndex read), get. A node
+//     op replaces the node record (address, meta); a service or check write
+//     that changes nothing keeps its ModifyIndex; a service needs its node, a
+//     service check its service (a check cas on a missing service succeeds
+//     and writes nothing, as Consul 1.14 does); deleting a node deletes its
+//     services and checks, deleting a service its checks.
+//
+//   - Indexes only grow: per table (nodes, services, checks, kvs and
+//     tombstones) and per node (a node's own writes and its services'); a
+//     read answers X-Consul-Index like Consul (a missing node: the last node
+//     deletion; a missing KV key: the whole KV table; never 0).
+//
+//   - Reads honour ?filter= (go-bexpr, Consul's filter engine) and
+//     ?node-meta=; KV get, put (with ?cas=) and delete.
+//
+//   - With EnableACL, logins and tokens as Consul's ACL system answers them
+//     (see ACL).
+//
+// Blocking queries, sessions and ACL policies are not served (fleetsync's
+// catalog code uses none of them; its claim and permission tests run
+// against the real agent).
+package consultest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-bexpr"
+)
+
+// Server is the twin. Its methods are safe for concurrent use.
+type Server struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	raft    uint64
+	nodes   map[string]*node
+	kv      map[string]*api.KVPair
+	indexes map[string]uint64
+	fault   func(r *http.Request) error
+	txns    int
+	acl     *ACL // nil: ACLs off
+}
+
+type node struct {
+	api.Node
+	services map[string]*api.AgentService
+	checks   map[string]*api.HealthCheck
+}
+
+// New starts a twin; it stops when the test ends.
+func New(t testing.TB) *Server {
+	s := NewServer()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NewServer starts a twin; the caller must Close it.
+func NewServer() *Server {
+	s := &Server{raft: 10, nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: map[string]uint64{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Close stops the twin (and its connections).
+func (s *Server) Close() { s.srv.Close() }
+
+// Addr is the twin's host:port.
+func (s *Server) Addr() string { return strings.TrimPrefix(s.srv.URL, "http://") }
+
+// Client is a consul/api client of the twin.
+func (s *Server) Client() *api.Client {
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.Scheme, cfg.Token, cfg.TokenFile = s.Addr(), "http", "", ""
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		panic(err) // only a malformed address fails
+	}
+	return c
+}
+
+// SetFault makes every request for which f returns an error fail with a
+// 500 and that error's text (nil f: none fail). f runs outside the twin's
+// lock, after the request body is read, and may block until r's context
+// ends (a Consul that never answers).
+func (s *Server) SetFault(f func(r *http.Request) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = f
+}
+
+// Txns counts the write transactions received (committed or not).
+func (s *Server) Txns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txns
+}
+
+// Services returns copies of the services on node (nil: no such node).
+func (s *Server) Services(nodeName string) []*api.AgentService {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[nodeName]
+	if n == nil {
+		return nil
+	}
+	out := make([]*api.AgentService, 0, len(n.services))
+	for _, id := range slices.Sorted(maps.Keys(n.services)) {
+		out = append(out, cloneService(n.services[id]))
+	}
+	return out
+}
+
+// Wipe forgets everything and lowers every index, as a Consul that lost
+// its data (a new cluster, or a restore of an older snapshot) does.
+func (s *Server) Wipe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes, s.kv, s.indexes, s.raft = map[string]*node{}, map[string]*api.KVPair{}, map[string]uint64{}, 10
+}
+
+// Snapshot is the twin's state at one moment (see Restore).
+type Snapshot struct {
+	nodes   map[string]*node
+	kv      map[string]*api.KVPair
+	indexes map[string]uint64
+}
+
+// Snapshot saves the state, as a Consul snapshot does.
+func (s *Server) Snapshot() *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := &Snapshot{nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: maps.Clone(s.indexes)}
+	for name, n := range s.nodes {
+		snap.nodes[name] = cloneState(n)
+	}
+	for k, p := range s.kv {
+		c := *p
+		snap.kv[k] = &c
+	}
+	return snap
+}
+
+// Restore puts a snapshot's data and table indexes back, as restoring a
+// Consul snapshot does: what was written since is gone and every index is
+// what it was then (it goes back); later writes continue from the raft
+// index, above everything written before the restore.
+func (s *Server) Restore(snap *Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes, s.kv, s.indexes = map[string]*node{}, map[string]*api.KVPair{}, maps.Clone(snap.indexes)
+	for name, n := range snap.nodes {
+		s.nodes[name] = cloneState(n)
+	}
+	for k, p := range snap.kv {
+		c := *p
+		s.kv[k] = &c
+	}
+	s.raft++ // the restore is a raft entry of its own
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	// Read the body first: the server notices a client that gave up
+	// (and cancels r's context) only once the body is read.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.mu.Lock()
+	fault := s.fault
+	s.mu.Unlock()
+	if fault != nil {
+		if err := fault(r); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acl != nil && !s.acl.serve(w, r) {
+		return
+	}
+	p := r.URL.Path
+	rest := func(prefix string) (string, bool) {
+		v, ok := strings.CutPrefix(p, prefix)
+		return v, ok && v != ""
+	}
+	switch {
+	case p == "/v1/txn" && r.Method == http.MethodPut:
+		s.serveTxn(w, r)
+	case p == "/v1/catalog/nodes" && r.Method == http.MethodGet:
+		s.serveNodes(w, r)
+	case p == "/v1/catalog/register" && r.Method == http.MethodPut:
+		s.serveRegister(w, r)
+	case p == "/v1/catalog/deregister" && r.Method == http.MethodPut:
+		s.serveDeregister(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/catalog/node-services/"):
+		name, _ := rest("/v1/catalog/node-services/")
+		s.serveNodeServices(w, r, name)
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/catalog/node/"):
+		name, _ := rest("/v1/catalog/node/")
+		s.serveNode(w, r, name)
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/health/node/"):
+		name, _ := rest("/v1/health/node/")
+		s.serveNodeChecks(w, r, name)
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/health/service/"):
+		name, _ := rest("/v1/health/service/")
+		s.serveHealthService(w, r, name)
+	case p == "/v1/status/leader":
+		writeJSON(w, 1, `"127.0.0.1:8300"`)
+	case strings.HasPrefix(p, "/v1/kv/"):
+		key, ok := rest("/v1/kv/")
+		if !ok {
+			http.Error(w, "Missing key name", http.StatusBadRequest)
+			return
+		}
+		s.serveKV(w, r, key)
+	default:
+		http.Error(w, "consultest: not served: "+r.Method+" "+p, http.StatusNotFound)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, index uint64, v any) {
+	if index == 0 {
+		index = 1 // Consul never answers index 0 (agent/http.go setIndex)
+	}
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(index, 10))
+	w.Header().Set("X-Consul-KnownLeader", "true")
+	w.Header().Set("Content-Type", "application/json")
+	if raw, ok := v.(string); ok {
+		_, _ = w.Write([]byte(raw))
+		return
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// filter keeps the items matching the request's ?filter= expression.
+func filter[T any](w http.ResponseWriter, r *http.Request, items []T) ([]T, bool) {
+	expr := r.URL.Query().Get("filter")
+	if expr == "" {
+		return items, true
+	}
+	var zero T
+	ev, err := bexpr.CreateEvaluatorForType(expr, nil, zero)
+	if err != nil {
+		http.Error(w, "Failed to create boolean expression evaluator: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		ok, err := ev.Evaluate(it)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return nil, false
+		}
+		if ok {
+			out = append(out, it)
+		}
+	}
+	return out, true
+}
+
+// metaMatches applies ?node-meta=k:v (all must match).
+func metaMatches(r *http.Request, meta map[string]string) bool {
+	for _, kv := range r.URL.Query()["node-meta"] {
+		k, v, _ := strings.Cut(kv, ":")
+		if meta[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) max(names ...string) uint64 {
+	var m uint64
+	for _, n := range names {
+		m = max(m, s.indexes[n])
+	}
+	return m
+}
+
+func (s *Server) serveNodes(w http.ResponseWriter, r *http.Request) {
+	var list []*api.Node
+	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+		if n := s.nodes[name]; metaMatches(r, n.Meta) {
+			list = append(list, cloneNode(&n.Node))
+		}
+	}
+	list, ok := filter(w, r, list)
+	if !ok {
+		return
+	}
+	writeJSON(w, s.max("nodes"), list)
+}
+
+func (s *Server) serveNode(w http.ResponseWriter, _ *http.Request, name string) {
+	n := s.nodes[name]
+	if n == nil {
+		writeJSON(w, s.max("nodes"), "null")
+		return
+	}
+	out := &api.CatalogNode{Node: cloneNode(&n.Node), Services: map[string]*api.AgentService{}}
+	for id, svc := range n.services {
+		out.Services[id] = cloneService(svc)
+	}
+	writeJSON(w, s.max("nodes"), out)
+}
+
+func (s *Server) serveNodeServices(w http.ResponseWriter, r *http.Request, name string) {
+	n := s.nodes[name]
+	if n == nil {
+		writeJSON(w, s.max("node_last_extinction"), &api.CatalogNodeServiceList{})
+		return
+	}
+	var svcs []*api.AgentService
+	for _, id := range slices.Sorted(maps.Keys(n.services)) {
+		svcs = append(svcs, cloneService(n.services[id]))
+	}
+	svcs, ok := filter(w, r, svcs)
+	if !ok {
+		return
+	}
+	if svcs == nil {
+		svcs = []*api.AgentService{}
+	}
+	writeJSON(w, s.max("node."+name), &api.CatalogNodeServiceList{Node: cloneNode(&n.Node), Services: svcs})
+}
+
+func (s *Server) serveNodeChecks(w http.ResponseWriter, r *http.Request, name string) {
+	checks := api.HealthChecks{}
+	if n := s.nodes[name]; n != nil {
+		for _, id := range slices.Sorted(maps.Keys(n.checks)) {
+			checks = append(checks, cloneCheck(n.checks[id]))
+		}
+	}
+	checks, ok := filter(w, r, checks)
+	if !ok {
+		return
+	}
+	writeJSON(w, s.max("checks"), checks)
+}
+
+func (s *Server) serveHealthService(w http.ResponseWriter, r *http.Request, name string) {
+	out := []*api.ServiceEntry{}
+	for _, nn := range slices.Sorted(maps.Keys(s.nodes)) {
+		n := s.nodes[nn]
+		if !metaMatches(r, n.Meta) {
+			continue
+		}
+		for _, id := range slices.Sorted(maps.Keys(n.services)) {
+			svc := n.services[id]
+			if svc.Service != name {
+				continue
+			}
+			e := &api.ServiceEntry{Node: cloneNode(&n.Node), Service: cloneService(svc), Checks: api.HealthChecks{}}
+			for _, cid := range slices.Sorted(maps.Keys(n.checks)) {
+				if hc := n.checks[cid]; hc.ServiceID == "" || hc.ServiceID == id {
+					e.Checks = append(e.Checks, cloneCheck(hc))
+				}
+			}
+			out = append(out, e)
+		}
+	}
+	writeJSON(w, s.max("nodes", "services", "checks"), out)
+}
+
+func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
+	var reg api.CatalogRegistration
+	if err := json.NewDecoder(r.Body).Decode(&reg); err != nil {
+		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ops := api.TxnOps{}
+	if !reg.SkipNodeUpdate || s.nodes[reg.Node] == nil {
+		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeSet, Node: api.Node{
+			Node: reg.Node, Address: reg.Address, Meta: reg.NodeMeta, TaggedAddresses: reg.TaggedAddresses, Datacenter: reg.Datacenter}}})
+	}
+	if reg.Service != nil {
+		ops = append(ops, &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: reg.Node, Service: *reg.Service}})
+	}
+	if c := reg.Check; c != nil {
+		reg.Checks = append(reg.Checks, &api.HealthCheck{CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes,
+			Output: c.Output, ServiceID: c.ServiceID, Type: c.Type, Namespace: c.Namespace, Partition: c.Partition})
+	}
+	for _, hc := range reg.Checks {
+		c := *hc
+		c.Node = reg.Node
+		ops = append(ops, &api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: c}})
+	}
+	if _, errs := s.apply(ops); len(errs) > 0 {
+		http.Error(w, errs[0].What, http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, 0, "true")
+}
+
+func (s *Server) serveDeregister(w http.ResponseWriter, r *http.Request) {
+	var d api.CatalogDeregistration
+	if err := json.NewDecoder(r.Body).Decode(&d); err != nil {
+		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var op *api.TxnOp
+	switch {
+	case d.ServiceID != "":
+		op = &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: d.Node, Service: api.AgentService{ID: d.ServiceID}}}
+	case d.CheckID != "":
+		op = &api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckDelete, Check: api.HealthCheck{Node: d.Node, CheckID: d.CheckID}}}
+	default:
+		op = &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeDelete, Node: api.Node{Node: d.Node}}}
+	}
+	if _, errs := s.apply(api.TxnOps{op}); len(errs) > 0 {
+		http.Error(w, errs[0].What, http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, 0, "true")
+}
+
+func (s *Server) serveTxn(w http.ResponseWriter, r *http.Request) {
+	var ops api.TxnOps
+	if err := json.NewDecoder(r.Body).Decode(&ops); err != nil {
+		http.Error(w, "Failed to parse body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(ops) > 128 {
+		http.Error(w, fmt.Sprintf("Transaction contains too many operations (%d > 128)", len(ops)), http.StatusRequestEntityTooLarge)
+		return
+	}
+	results, errs := s.apply(ops)
+	if len(errs) > 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(api.TxnResponse{Errors: errs})
+		return
+	}
+	writeJSON(w, 0, api.TxnResponse{Results: results})
+}
+
+// apply runs ops all-or-nothing on a copy of the state, as one raft entry.
+func (s *Server) apply(ops api.TxnOps) ([]*api.TxnResult, api.TxnErrors) {
+	write := slices.ContainsFunc(ops, func(op *api.TxnOp) bool { return !isRead(op) })
+	idx := s.raft
+	if write {
+		s.txns++
+		s.raft++
+		idx = s.raft
+	}
+	tx := &txn{s: s, idx: idx, nodes: map[string]*node{}, kv: maps.Clone(s.kv), indexes: maps.Clone(s.indexes)}
+	for name, n := range s.nodes {
+		tx.nodes[name] = cloneState(n)
+	}
+	var results []*api.TxnResult
+	var errs api.TxnErrors
+	for i, op := range ops {
+		res, err := tx.do(op)
+		if err != nil {
+			errs = append(errs, &api.TxnError{OpIndex: i, What: err.Error()})
+			continue
+		}
+		if res != nil {
+			results = append(results, res)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	s.nodes, s.kv, s.indexes = tx.nodes, tx.kv, tx.indexes
+	return results, nil
+}
+
+func isRead(op *api.TxnOp) bool {
+	switch {
+	case op.KV != nil:
+		switch op.KV.Verb {
+		case api.KVGet, api.KVGetOrEmpty, api.KVGetTree, api.KVCheckIndex, api.KVCheckSession, api.KVCheckNotExists:
+			return true
+		}
+	case op.Node != nil:
+		return op.Node.Verb == api.NodeGet
+	case op.Service != nil:
+		return op.Service.Verb == api.ServiceGet
+	case op.Check != nil:
+		return op.Check.Verb == api.CheckGet
+	}
+	return false
+}
+
+func cloneNode(n *api.Node) *api.Node {
+	c := *n
+	c.Meta, c.TaggedAddresses = maps.Clone(n.Meta), maps.Clone(n.TaggedAddresses)
+	return &c
+}
+
+func cloneService(s *api.AgentService) *api.AgentService {
+	c := *s
+	c.Tags, c.Meta, c.TaggedAddresses = slices.Clone(s.Tags), maps.Clone(s.Meta), maps.Clone(s.TaggedAddresses)
+	if c.Tags == nil {
+		c.Tags = []string{} // Consul answers an empty list, not null
+	}
+	return &c
+}
+
+func cloneCheck(h *api.HealthCheck) *api.HealthCheck {
+	c := *h
+	c.ServiceTags = slices.Clone(h.ServiceTags)
+	return &c
+}
+
+func cloneState(n *node) *node {
+	c := &node{Node: *cloneNode(&n.Node), services: make(map[string]*api.AgentService, len(n.services)), checks: make(map[string]*api.HealthCheck, len(n.checks))}
+	for id, s := range n.services {
+		c.services[id] = cloneService(s)
+	}
+	for id, h := range n.checks {
+		c.checks[id] = cloneCheck(h)
+	}
+	return c
+}
