@@ -153,10 +153,8 @@ func TestLoginBackoff(t *testing.T) {
 	// After that success the backoff starts again from MinBackoff: tokens
 	// gone at once again are retried after 1s, not after the 16s reached
 	// above.
-	f.mu.Lock()
-	f.dropAtOnce = true
-	f.mu.Unlock()
-	f.deleteAll()
+	f.DropAtOnce(true)
+	f.DeleteAll()
 	_ = request()
 	want++
 	check("a deletion after a success, tokens gone at once again")
