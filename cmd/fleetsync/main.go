@@ -1,6 +1,3 @@
-// Command fleetsync keeps the Consul catalog equal to the endpoints of
-// annotated Kubernetes Services. This file holds flags, wiring and signals;
-// the logic lives in the packages it wires.
 package main
 
 import (
