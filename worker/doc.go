@@ -10,7 +10,9 @@
 // Service (Desired), diffs them against the Service's owned instances in
 // Consul (Diff, a pure function) and writes only the difference, through the
 // consul package, as stamped values (package ownership). Work is level-based:
-// Notify means "look again", never "apply this delta".
+// Notify means "look again", never "apply this delta". worker.go holds the
+// event loop (Notify, Retry, Adopt, Run), flush.go one flush (desired state,
+// diff, write budget, Apply), schedule.go when to flush.
 //
 // Window rules (W is --window or the fleetsync.io/window annotation; the
 // pure scheduler in schedule.go applies them, table-tested):

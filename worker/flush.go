@@ -1,0 +1,316 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
+)
+
+// flush runs one sync and updates the schedule. It reports whether the
+// worker is finished.
+func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
+	// A wake-up queued before this point is covered by this flush, which
+	// reads the state after it: drop it, or it would cause a second look
+	// (and a "pending" status) for nothing.
+	select {
+	case <-w.trigger:
+	default:
+	}
+	since := w.pendingSince.Swap(0)
+	events := w.events.Load()
+	coalesced := events - w.eventsFlushed
+	w.eventsFlushed = events
+	s.dirty = false
+	w.setState(StateFlushing)
+	res, err := w.sync(ctx, s)
+	if err == nil && !res.invalid {
+		w.blockedNow = res.blocked
+	}
+	now := w.clock.Now()
+	if err != nil || res.applied.Txns > 0 {
+		// Only a write (or a failed attempt) opens a window: a look that
+		// found nothing to do leaves the next change free to go at once.
+		s.flushed(now, err)
+	} else {
+		s.failures = 0
+	}
+	if res.window != nil {
+		s.window = *res.window
+	}
+	if err != nil {
+		s.dirty = true
+		if since != 0 {
+			w.pendingSince.CompareAndSwap(0, since)
+		}
+		if unreachable(err) && ctx.Err() == nil {
+			// Consul may come back without its data (a restarted dev
+			// agent, a restored snapshot): the retry re-reads what is
+			// there before it diffs, or instances the cache believes
+			// registered would stay missing until the next periodic pass.
+			w.resyncDue = true
+		}
+	}
+	w.record(ctx, now, since, coalesced, res, err, s)
+	return err == nil && res.finished
+}
+
+// syncResult is what one sync did.
+type syncResult struct {
+	resync   bool // an anti-entropy pass (its writes are drift repairs)
+	window   *time.Duration
+	desired  int
+	applied  consul.Applied
+	finished bool
+	invalid  bool
+	problem  string // why the Service is invalid
+	blocked  int    // desired instances left out: someone else's entry holds their ID
+}
+
+// sync computes the desired state, diffs it against the owned state and
+// writes the difference. A CAS conflict re-reads the owned state and tries
+// once more before it is returned as an error.
+func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 8<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			err = &PanicError{Value: p, Stack: string(buf)}
+		}
+	}()
+	resyncPass := w.resyncDue
+	if w.resyncDue {
+		w.resyncDue = false
+		res.resync = true
+		if used, err := w.readOwnedByName(ctx); err != nil {
+			w.resyncDue = true
+			return res, err
+		} else if !used {
+			w.ownedKnown = false
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		if !w.ownedKnown {
+			if err := w.readOwned(ctx); err != nil {
+				return res, err
+			}
+		}
+		desired, r, err := w.desired()
+		res = r
+		res.resync = resyncPass
+		if err != nil || res.invalid {
+			return res, nil
+		}
+		res.desired = len(desired)
+		ch := Diff(desired, w.owned, w.nodeOf)
+		if ch.Empty() {
+			if w.adopt {
+				w.adoptDesired(desired)
+			}
+			res.finished = !w.selected() && len(w.owned) == 0
+			return res, nil
+		}
+		high := s.isolated || (len(ch.Register) == 0 && len(ch.Update) == 0)
+		ch = consul.Change{} // not held while waiting for the budget: acquire diffs again
+		if ch, err = w.acquire(ctx, high); err != nil || ch.Empty() {
+			return res, err
+		}
+		applied, err := w.opts.Store.Apply(ctx, ch)
+		w.lastWrite = w.clock.Now()
+		w.merge(applied)
+		res.applied.Txns += applied.Txns
+		res.applied.Ops += applied.Ops
+		res.applied.Registered += applied.Registered
+		res.applied.Updated += applied.Updated
+		res.applied.Deregistered += applied.Deregistered
+		if err == nil {
+			res.finished = !w.selected() && len(w.owned) == 0
+			return res, nil
+		}
+		if errors.Is(err, consul.ErrConflict) {
+			w.opts.Observer.Conflict()
+			w.mu.Lock()
+			w.status.Conflicts++
+			w.mu.Unlock()
+			held := w.owned
+			w.ownedKnown = false
+			if rerr := w.readOwned(ctx); rerr != nil {
+				return res, rerr
+			}
+			if why := lossEvidence(held, w.owned, w.foreign); why != "" && w.opts.OnLoss != nil {
+				w.log.Warn("Consul lost or rolled back entries this worker wrote; asking the fleet to look", "evidence", why)
+				w.opts.OnLoss(fmt.Sprintf("service %s: %s", w.opts.Key, why))
+			}
+			if attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+		}
+		return res, err
+	}
+}
+
+// acquire waits for the write budget, then diffs
+// again: while the worker waited, newer state may have arrived, and the
+// latest state is what gets written (or nothing, if it now agrees). High
+// priority goes to isolated changes and to changes that only remove
+// instances.
+func (w *Worker) acquire(ctx context.Context, high bool) (consul.Change, error) {
+	permit, err := w.opts.Store.Acquire(ctx, high)
+	if err != nil {
+		return consul.Change{}, err
+	}
+	desired, r, err := w.desired()
+	if err != nil || r.invalid {
+		permit.Release()
+		return consul.Change{}, err
+	}
+	ch := Diff(desired, w.owned, w.nodeOf)
+	if ch.Empty() {
+		permit.Release()
+		return ch, nil
+	}
+	ch.High, ch.Permit = high, permit
+	ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
+	return ch, nil
+}
+
+// nodeOf names the Consul node an instance of this cluster belongs on. An
+// instance of ours stays where it is when someone else's entry holds its
+// ID on the node it would move to (the create there would fail every
+// flush of the Service).
+func (w *Worker) nodeOf(id string) string {
+	home := w.opts.Config.Cluster.NodeNameFor(id)
+	if f, taken := w.foreign[id]; taken && f.Node == home {
+		if have, ours := w.owned[id]; ours {
+			return have.Node
+		}
+	}
+	return home
+}
+
+func (w *Worker) selected() bool {
+	_, sel := w.opts.Lookup()
+	return sel
+}
+
+// desired returns the stamped instances wanted in Consul: none when the
+// Service is gone or not selected. An invalid Service keeps what it has.
+func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
+	svc, selected := w.opts.Lookup()
+	if svc == nil || !selected {
+		return nil, syncResult{}, nil
+	}
+	spec, err := Desired(svc, w.opts.Config)
+	res := syncResult{window: &spec.Window}
+	before := w.reported
+	w.reported = make(map[string]bool)
+	if err != nil {
+		res.invalid = true
+		res.problem = err.Error()
+		w.report(svc, before, ReasonInvalidAnnotation, err.Error())
+		return nil, res, nil
+	}
+	for _, warn := range spec.Warnings {
+		w.report(svc, before, ReasonInvalidAnnotation, warn)
+	}
+	for _, msg := range spec.Skipped {
+		w.report(svc, before, ReasonInstanceSkipped, msg)
+	}
+	if w.opts.OnName != nil {
+		w.opts.OnName(spec.Name, svc.Annotations[AnnotationName] == "")
+	}
+	instances, blocked := Unblocked(spec.Instances, w.owned, w.foreign, w.nodeOf)
+	for _, msg := range blocked {
+		w.report(svc, before, ReasonEntryNotOurs, msg)
+	}
+	res.blocked = len(blocked)
+	for _, p := range svc.Problems {
+		w.report(svc, before, ReasonEndpointSkipped, p)
+	}
+	return instances, res, nil
+}
+
+// report sends a Warning event and log line for msg unless it was reported
+// for the previous look (before) already.
+func (w *Worker) report(svc *k8s.Service, before map[string]bool, reason, msg string) {
+	if w.reported[msg] {
+		return
+	}
+	w.reported[msg] = true
+	if before[msg] {
+		return
+	}
+	w.log.Warn("Service cannot be synced as it is", "reason", reason, "error", msg)
+	if w.opts.Reporter != nil && svc.Object != nil {
+		w.opts.Reporter.Warning(svc.Object, reason, msg)
+	}
+}
+
+func (w *Worker) readOwned(ctx context.Context) error {
+	c := w.opts.Config.Cluster
+	entries, err := w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name))
+	if err != nil {
+		return fmt.Errorf("read owned state: %w", err)
+	}
+	w.owned = OwnedOf(c, w.opts.Key, entries)
+	w.foreign = ForeignOf(c, w.opts.Key, entries)
+	w.ownedKnown, w.adopt = true, true
+	return nil
+}
+
+// adoptDesired gives every owned entry equal to its desired instance the
+// desired instance's fields. An entry read from Consul holds its own copy
+// of every tag and meta string (decoded JSON, ~0.5 KiB per instance); a
+// desired instance shares them with the Kubernetes objects and the code.
+// So a fleet read at start, or re-read by anti-entropy, keeps the memory a
+// cold start leaves. Called on a look that found nothing to write.
+func (w *Worker) adoptDesired(desired []consul.Instance) {
+	for _, d := range desired {
+		if have, ok := w.owned[d.ID]; ok && have.Instance.Equal(d) {
+			have.Instance = d
+			w.owned[d.ID] = have
+		}
+	}
+	w.adopt = false
+}
+
+// lossEvidence compares the entries a worker held with a fresh read: an
+// entry now older than written, or gone, was lost by Consul (or deleted by
+// someone: either way every worker should look). "" when there is none.
+func lossEvidence(held, now, foreign map[string]consul.Registered) string {
+	older, gone := 0, 0
+	example := ""
+	for id, h := range held {
+		if _, taken := foreign[id]; taken {
+			continue // re-registered by someone else: not a loss
+		}
+		n, ok := now[id]
+		switch {
+		case !ok:
+			gone++
+			if example == "" {
+				example = fmt.Sprintf("%s (written at index %d) is gone", id, h.ServiceIndex)
+			}
+		case n.ServiceIndex < h.ServiceIndex:
+			older++
+			example = fmt.Sprintf("%s was written at index %d and is at index %d", id, h.ServiceIndex, n.ServiceIndex)
+		}
+	}
+	if older == 0 && gone == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d entries older than written, %d gone; e.g. %s", older, len(held), gone, example)
+}
+
+func (w *Worker) merge(a consul.Applied) {
+	for _, id := range a.Deleted {
+		delete(w.owned, id)
+	}
+	for _, r := range a.Written {
+		w.owned[r.ID] = r
+	}
+}
