@@ -138,20 +138,7 @@ func TestRunUnderAFakeClock(t *testing.T) {
 // refuses (RBAC) stops Run with an error naming the namespace, instead of
 // leaving a replica that holds no shard; it never gets ready.
 func TestRunFailsWhenTheLeasesAreForbidden(t *testing.T) {
-	client := fake.NewClientset()
-	client.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "", errors.New("test: no RBAC"))
-	})
-	f, _ := newFleet(t)
-	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: newClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait, _ := runManager(t, m)
-	err, ok := wait()
-	if !ok {
-		t.Fatal("Run still runs with the Leases forbidden")
-	}
+	m, _, err := runForbidden(t, "list", func(k8stesting.Action) (string, bool) { return "", true })
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "namespace leases") {
 		t.Errorf("Run returned %v, want the Forbidden error naming the namespace", err)
 	}
@@ -160,14 +147,14 @@ func TestRunFailsWhenTheLeasesAreForbidden(t *testing.T) {
 	}
 }
 
-// TestRunFailsWhenTheReplicaLeaseIsForbidden: a replica that may watch the
-// Leases but not write its own stops Run with the error, after giving up
-// whatever it held.
-func TestRunFailsWhenTheReplicaLeaseIsForbidden(t *testing.T) {
+// runForbidden runs a manager whose API server refuses the Lease requests
+// of verb that refuse picks (naming the Lease), and returns once Run did.
+func runForbidden(t *testing.T, verb string, refuse func(k8stesting.Action) (name string, refused bool)) (*Manager, *fakeFleet, error) {
+	t.Helper()
 	client := fake.NewClientset()
-	client.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).Name == "fleetsync-c-replica-me" {
-			return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "fleetsync-c-replica-me", errors.New("test: no RBAC"))
+	client.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if name, refused := refuse(a); refused {
+			return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), name, errors.New("test: no RBAC"))
 		}
 		return false, nil, nil
 	})
@@ -179,8 +166,19 @@ func TestRunFailsWhenTheReplicaLeaseIsForbidden(t *testing.T) {
 	wait, _ := runManager(t, m)
 	err, ok := wait()
 	if !ok {
-		t.Fatal("Run still runs with its replica Lease forbidden")
+		t.Fatalf("Run still runs with the Lease %s forbidden", verb)
 	}
+	return m, f, err
+}
+
+// TestRunFailsWhenTheReplicaLeaseIsForbidden: a replica that may watch the
+// Leases but not write its own stops Run with the error, after giving up
+// whatever it held.
+func TestRunFailsWhenTheReplicaLeaseIsForbidden(t *testing.T) {
+	m, f, err := runForbidden(t, "create", func(a k8stesting.Action) (string, bool) {
+		name := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).Name
+		return name, name == "fleetsync-c-replica-me"
+	})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "fleetsync-c-replica-me") {
 		t.Errorf("Run returned %v, want the Forbidden error naming the replica Lease", err)
 	}
