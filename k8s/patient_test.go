@@ -43,7 +43,6 @@ func TestUnavailable(t *testing.T) {
 		{apierrors.NewServiceUnavailable("starting"), true},
 		{apierrors.NewServerTimeout(gr, "list", 1), true},
 		{apierrors.NewResourceExpired("too old resource version"), false},
-		{apierrors.NewGone("gone"), false},
 		{apierrors.NewForbidden(gr, "", errors.New("no RBAC")), false},
 		{apierrors.NewBadRequest("bad"), false},
 		{errors.New("something else"), false},
