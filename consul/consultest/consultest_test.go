@@ -269,6 +269,27 @@ var scripts = []script{
 			`op 0: failed to check index, key "N/none" doesn't exist`},
 	},
 	{
+		name: "a kv delete-cas of a missing key succeeds, a stale one fails",
+		run: func(c *api.Client, node string) []string {
+			key := node + "/gone"
+			del := func(i uint64) *api.TxnOp {
+				return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: i}}
+			}
+			r0, _ := send(c, del(12345))
+			ok, _, err := c.KV().DeleteCAS(&api.KVPair{Key: key, ModifyIndex: 12345}, nil)
+			if err != nil {
+				return []string{err.Error()}
+			}
+			send(c, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key, Value: []byte("v")}})
+			r1, _ := send(c, del(1))
+			r2, _ := send(c, svcOp(api.ServiceDeleteCAS, node, "none", 0, 12345))
+			r3, _ := send(c, nodeOp(api.NodeDeleteCAS, node, "", nil, 12345))
+			return []string{r0, fmt.Sprint(ok), r1, r2, r3}
+		},
+		want: []string{"ok", "true", `op 0: failed to delete key "N/gone", index is stale`,
+			`op 0: failed to delete service "none" on node "N", index is stale`, `op 0: failed to delete node "N", index is stale`},
+	},
+	{
 		name: "reads filter like Consul",
 		run: func(c *api.Client, node string) []string {
 			send(c, nodeOp(api.NodeSet, node, "10.0.0.1", map[string]string{"owner": node}, 0), svcOp(api.ServiceCAS, node, "web-1", 80, 0),

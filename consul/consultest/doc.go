@@ -25,7 +25,8 @@
 //     deletion; a missing KV key: the whole KV table; never 0).
 //
 //   - Reads honour ?filter= (go-bexpr, Consul's filter engine) and
-//     ?node-meta=; KV get, put (with ?cas=) and delete.
+//     ?node-meta=; KV get, put (with ?cas=) and delete (with ?cas=: a
+//     missing key's delete-cas succeeds, as Consul's does).
 //
 //   - With EnableACL, logins and tokens as Consul's ACL system answers them
 //     (see ACL).

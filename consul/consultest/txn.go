@@ -357,7 +357,9 @@ func (t *txn) kvOp(op *api.KVTxnOp) (*api.TxnResult, error) {
 		t.kvDelete(op.Key)
 		return nil, nil
 	case api.KVDeleteCAS:
-		if cur == nil || cur.ModifyIndex != op.Index {
+		// A missing key succeeds (kvsDeleteCASTxn returns entry == nil);
+		// the catalog's delete-cas of a missing node or service fails.
+		if cur != nil && cur.ModifyIndex != op.Index {
 			return nil, fmt.Errorf("failed to delete key %q, index is stale", op.Key)
 		}
 		t.kvDelete(op.Key)
