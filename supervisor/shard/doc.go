@@ -74,8 +74,11 @@
 //
 // Run returns an error, to stop the process, when it cannot work: the
 // Leases cannot be listed or watched, or this replica's Lease cannot be
-// written, because the API server forbids it (403: RBAC). Other failures
-// (the API server unreachable) are retried. Ready is false until the first
+// written, because the API server forbids it (403: RBAC): at the first 403
+// when that request was never answered, else once its 403s have lasted a
+// lease duration (a restarted kube-apiserver answers 403 until its RBAC
+// cache has synced). Other failures (the API server unreachable) are
+// retried. Ready is false until the first
 // reconcile after the fleet's bootstrap is done, so a replica whose Lease
 // watch never syncs, or whose replica Lease was never written, is not
 // ready.

@@ -78,6 +78,42 @@ type Manager struct {
 	ownRenews   []time.Time
 	foreign     int
 	foreignLogs time.Time
+
+	// 403s of the Lease watch and of the replica Lease's writes: see
+	// forbids.
+	watchForbids, writeForbids forbids
+}
+
+// forbids decides whether a 403 ends Run. Before the path was ever
+// answered, at once: this replica lacks the RBAC. Once it worked, only when
+// the 403s have lasted a lease duration: a restarted kube-apiserver serves
+// requests before its RBAC cache has synced and answers them 403 meanwhile
+// (kubernetes/kubernetes#121635; the test stack's answers one per restart),
+// and the Lease watch's Patient retries reach it within that window.
+type forbids struct {
+	mu     sync.Mutex
+	worked bool
+	since  time.Time // first 403 since the last answer; zero: none
+}
+
+// answered records a success of the path.
+func (f *forbids) answered() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.worked, f.since = true, time.Time{}
+}
+
+// fatal records a 403 at now and reports whether it ends Run.
+func (f *forbids) fatal(now time.Time, grace time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.worked {
+		return true
+	}
+	if f.since.IsZero() {
+		f.since = now
+	}
+	return now.Sub(f.since) >= grace
 }
 
 // New returns a Manager; cfg must be sharded (Shards of at least 2) with
@@ -179,16 +215,17 @@ func (m *Manager) Run(ctx context.Context) error {
 // reconcile is one step: renew our replica Lease (on the retry tick),
 // delete replica Leases left by crashes, then carry out Decide's plan. It
 // returns when the next held-elsewhere Lease expires (zero: none), and an
-// error only when this replica may not write its own Lease.
+// error only when this replica may not write its own Lease (forbids).
 func (m *Manager) reconcile(ctx context.Context, renew bool) (time.Time, error) {
 	if renew {
 		if err := m.renewPresence(ctx); err != nil {
-			if apierrors.IsForbidden(err) {
+			if apierrors.IsForbidden(err) && m.writeForbids.fatal(m.clock.Now(), m.cfg.LeaseDuration) {
 				return time.Time{}, fmt.Errorf("write the replica Lease %s/%s: %w", m.cfg.Namespace, m.names.replica(), err)
 			}
 			m.log.Warn("Cannot renew the replica lease", "error", err)
 			return time.Time{}, nil
 		}
+		m.writeForbids.answered()
 	}
 	v := m.observe()
 	if renew {

@@ -23,7 +23,8 @@ import (
 // first list. Every change is sighted; a change of holder (a shard
 // released or taken, a replica come or gone) wakes the loop at once. A
 // list or watch the API server refuses (RBAC) is an error, returned here
-// while waiting for the first list and later on m.fatal. stop ends the
+// while waiting for the first list and later on m.fatal (once the 403s
+// have lasted a lease duration: forbids). stop ends the
 // watch and waits for its goroutines.
 func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	// The list and watch are k8s.Patient, as the Watcher's are: after an API
@@ -34,11 +35,19 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	lw := k8s.Patient(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel
-			return leases.List(ctx, o)
+			l, err := leases.List(ctx, o)
+			if err == nil {
+				m.watchForbids.answered()
+			}
+			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = sel
-			return leases.Watch(ctx, o)
+			w, err := leases.Watch(ctx, o)
+			if err == nil {
+				m.watchForbids.answered()
+			}
+			return w, err
 		},
 	}, "Lease", m.clock, m.log)
 	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.api), &coordinationv1.Lease{},
@@ -63,7 +72,7 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	}
 	err = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
-		if apierrors.IsForbidden(err) {
+		if apierrors.IsForbidden(err) && m.watchForbids.fatal(m.clock.Now(), m.cfg.LeaseDuration) {
 			select {
 			case m.fatal <- fmt.Errorf("watch the Leases in namespace %s: %w", m.cfg.Namespace, err):
 			default:
