@@ -20,8 +20,10 @@
 // Every long-running part (informers, supervisor, shard manager, Consul
 // health, token source, claim keeper) runs in one errgroup: an error of one
 // stops the process with that error, and /readyz fails until the bootstrap
-// is done, while Consul is unreachable past --consul-unreachable-grace, or
-// while the cluster id's claim is held by another cluster.
+// is done (and, with --shards > 1, the shard manager's first reconcile),
+// while Consul is unreachable past --consul-unreachable-grace, while the
+// cluster id's claim is held by another cluster, or while a problem keeps
+// the fleet from syncing every Service (a look-alike node).
 //
 // Exit codes: 0 after a clean stop or --help/--version, 2 for a bad flag or
 // configuration (the message names the flag), 1 for any other error.
