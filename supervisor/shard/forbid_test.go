@@ -119,3 +119,22 @@ func TestRunSurvivesAForbiddenWatchAfterItWorked(t *testing.T) {
 		t.Fatalf("Run returned %v (returned %v), want nil once its context ended", err, ok)
 	}
 }
+
+// TestRunFailsWhenTheLeaseWatchIsForbidden: a replica that may list the
+// Leases but not watch them stops Run: a list that works does not make the
+// watch's 403s passing ones.
+func TestRunFailsWhenTheLeaseWatchIsForbidden(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, forbidden("")
+	})
+	f, _ := newFleet(t)
+	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: newClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, _ := runManager(t, m)
+	if err, ok := wait(); !ok || !apierrors.IsForbidden(err) {
+		t.Fatalf("Run returned %v (returned %v), want the watch's Forbidden error", err, ok)
+	}
+}

@@ -35,14 +35,12 @@ func (m *Manager) watch(ctx context.Context) (stop func(), err error) {
 	lw := k8s.Patient(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel
-			l, err := leases.List(ctx, o)
-			if err == nil {
-				m.watchForbids.answered()
-			}
-			return l, err
+			return leases.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = sel
+			// Only a watch proves the path works: a list alone
+			// (RBAC without watch) would keep resetting the 403s.
 			w, err := leases.Watch(ctx, o)
 			if err == nil {
 				m.watchForbids.answered()
