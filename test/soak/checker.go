@@ -36,6 +36,7 @@ type entry struct {
 	ModifyIndex uint64
 	Marked      string // the cluster whose full ownership mark it carries, or ""
 	Key         key    // Cluster is Marked
+	Rev         string // its "rev" service meta (the model's service-meta-rev annotation)
 }
 
 // planted is an entry the soak wrote itself and that fleetsync must never
@@ -128,9 +129,23 @@ type checker struct {
 type reading struct {
 	At      time.Time
 	Desired map[key]bool
+	Rev     map[key]string // the "rev" meta a desired instance must carry ("" : any)
 	Present map[key][]entry
 	Entries map[string]entry // node + "/" + ID -> entry, every node read
 	Nodes   map[string]uint64
+}
+
+// current reports whether Consul holds an instance of desired key k with
+// the values the Service asks for now (its "rev" meta): an instance left
+// with an older rev is as good as missing, an update not propagated.
+func (r *reading) current(k key) bool {
+	want := r.Rev[k]
+	for _, e := range r.Present[k] {
+		if want == "" || e.Rev == want {
+			return true
+		}
+	}
+	return false
 }
 
 func newChecker(w *world, bound time.Duration) *checker {
@@ -256,7 +271,7 @@ func markOf(s *consulapi.AgentService) string {
 
 // read takes one sample.
 func (c *checker) read(ctx context.Context) (*reading, error) {
-	r := &reading{At: time.Now(), Desired: map[key]bool{}, Present: map[key][]entry{}, Entries: map[string]entry{}, Nodes: map[string]uint64{}}
+	r := &reading{At: time.Now(), Desired: map[key]bool{}, Rev: map[key]string{}, Present: map[key][]entry{}, Entries: map[string]entry{}, Nodes: map[string]uint64{}}
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, cl := range c.w.clusters {
@@ -296,7 +311,11 @@ func (c *checker) read(ctx context.Context) (*reading, error) {
 						continue
 					}
 					for _, a := range e.Addresses {
-						r.Desired[key{cl.id, name, a, port}] = true
+						k := key{cl.id, name, a, port}
+						r.Desired[k] = true
+						if rev := svc.Annotations[worker.AnnotationMeta+"rev"]; rev != "" {
+							r.Rev[k] = rev
+						}
 					}
 				}
 			}
@@ -331,6 +350,7 @@ func (c *checker) read(ctx context.Context) (*reading, error) {
 			if m := markOf(s); m != "" && m == onCluster {
 				e.Marked = m
 				e.Key = key{m, s.Service, s.Address, s.Port}
+				e.Rev = s.Meta["rev"]
 				r.Present[e.Key] = append(r.Present[e.Key], e)
 			}
 			r.Entries[n.Node+"/"+s.ID] = e
@@ -442,7 +462,7 @@ func (c *checker) judge(r *reading, ws map[string][]string, gen int, txns int64,
 		if _, ok := c.desiredAt[k]; !ok {
 			c.desiredAt[k] = now
 		}
-		if len(r.Present[k]) > 0 {
+		if r.current(k) {
 			if s := c.missing[k]; s != nil {
 				c.closeStreak(k, s, now, c.gaps)
 				delete(c.missing, k)

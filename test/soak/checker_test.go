@@ -90,3 +90,30 @@ func TestCheckerExactOnlyAfterAReadingBegunAfterTheHeal(t *testing.T) {
 		t.Error("exactAfter(heal) true while an instance is missing")
 	}
 }
+
+// TestCheckerWantsTheCurrentValues: an instance left with the meta of an
+// older revision of its Service is an update not propagated: missing, and
+// a violation once that outlives the bound; the current one ends it.
+func TestCheckerWantsTheCurrentValues(t *testing.T) {
+	j := newJudged(t)
+	k := key{"alpha", "svc-001", "10.10.0.1", 8080}
+	read := func(at float64, have string) {
+		r := &reading{At: j.t0.Add(time.Duration(at * float64(time.Second))), Desired: map[key]bool{k: true},
+			Rev: map[key]string{k: "2"}, Present: map[key][]entry{k: {{Node: "k8s-alpha", ID: "a", Marked: "alpha", Key: k, Rev: have}}}}
+		j.c.mu.Lock()
+		defer j.c.mu.Unlock()
+		j.c.judge(r, nil, 0, 0, r.At)
+	}
+	read(1, "1")
+	if ok, _ := j.c.exact(); ok {
+		t.Error("exact with the instance at rev 1, rev 2 wanted")
+	}
+	read(32, "1")
+	if got := j.rules(); !slices.Equal(got, []string{"instance-missing"}) {
+		t.Fatalf("violations %v with rev 1 past the bound, want [instance-missing]", got)
+	}
+	read(33, "2")
+	if ok, _ := j.c.exact(); !ok {
+		t.Error("not exact with the current rev")
+	}
+}

@@ -179,11 +179,9 @@ func run(ctx context.Context, o options, out io.Writer) (*result, error) {
 		w.chk.violate(time.Now(), "converge", "all", "catalog", "%v", err)
 		w.chk.mu.Unlock()
 	} else {
-		_, since := w.chk.exact()
-		res.TimeToExactS = since.Sub(healed).Seconds() // since: the first exact sample of the streak
-		if res.TimeToExactS < 0 {
-			res.TimeToExactS = 0
-		}
+		// When the first exact sample begun after the heal ended (an
+		// exact streak begun before the heal says nothing of the heal).
+		res.TimeToExactS = time.Since(healed).Seconds()
 		w.logf("exact %.1fs after the last fault healed", res.TimeToExactS)
 		before, beforeBy := w.txns(), w.txnsBy()
 		idleStart := time.Now()
