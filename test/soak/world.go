@@ -69,6 +69,7 @@ type world struct {
 	snapMu       sync.Mutex
 	snaps        []snapshot
 	tampered     []tamperRec // every tampered entry ever planted
+	stopOnce     sync.Once
 }
 
 type snapshot struct {
@@ -177,8 +178,11 @@ func (w *world) startDaemons() error {
 	return nil
 }
 
-// stop ends every process and proxy the run started.
-func (w *world) stop() {
+// stop ends every process and proxy the run started; once (run calls it
+// before the report and defers it for an early return).
+func (w *world) stop() { w.stopOnce.Do(w.stopAll) }
+
+func (w *world) stopAll() {
 	_ = os.MkdirAll(w.opts.out, 0o755)
 	for _, c := range w.clusters {
 		for _, r := range c.replicas {
@@ -187,10 +191,13 @@ func (w *world) stop() {
 				// Keep the logs of every process of the replica beside result.json.
 				var all []byte
 				for i, path := range d.Logs() {
-					if b, err := os.ReadFile(path); err == nil {
-						all = fmt.Appendf(all, "=== process %d of replica %s ===\n", i+1, r.id)
-						all = append(all, b...)
+					b, err := os.ReadFile(path)
+					if err != nil {
+						w.logf("the log of process %d of replica %s is lost: %v", i+1, r.id, err)
+						continue
 					}
+					all = fmt.Appendf(all, "=== process %d of replica %s ===\n", i+1, r.id)
+					all = append(all, b...)
 				}
 				_ = os.WriteFile(filepath.Join(w.opts.out, "fleetsync-"+r.id+".log"), all, 0o644)
 				_ = d.Close()
