@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,8 +43,8 @@ const patientMaxDelay = time.Second
 // the API server is down costs it nothing.
 //
 // Other errors (410 Gone, 403, a bad request) go to the reflector as
-// before. The first failure of an outage is logged as a warning, its end
-// at info with how long it lasted. A nil clk is the real clock.
+// before. The first failure of an outage is logged as a warning, again
+// every 30 s while it lasts, its end at info with how long it lasted. A nil clk is the real clock.
 func Patient(lw *cache.ListWatch, kind string, clk clock.Clock, log hclog.Logger) *cache.ListWatch {
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -68,9 +69,13 @@ type patient struct {
 	clock clock.Clock
 	log   hclog.Logger
 
-	mu    sync.Mutex
-	since time.Time // start of the outage; zero when the API answers
+	mu     sync.Mutex
+	since  time.Time // start of the outage; zero when the API answers
+	logged time.Time // the outage's last warning
 }
+
+// patientLogEvery is how often a lasting outage is logged again.
+const patientLogEvery = 30 * time.Second
 
 // retry calls f until it succeeds, fails with an error the API server's
 // absence does not explain, or ctx ends.
@@ -98,9 +103,15 @@ func retry[T any](ctx context.Context, p *patient, verb string, f func() (T, err
 func (p *patient) failed(verb string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.since.IsZero() {
-		p.since = p.clock.Now()
+	now := p.clock.Now()
+	switch {
+	case p.since.IsZero():
+		p.since, p.logged = now, now
 		p.log.Warn("Kubernetes API unavailable, retrying every second at most", "kind", p.kind, "request", verb, "error", err)
+	case now.Sub(p.logged) >= patientLogEvery:
+		p.logged = now
+		p.log.Warn("Kubernetes API still unavailable, retrying every second at most", "kind", p.kind, "request", verb,
+			"unavailable_for", now.Sub(p.since).Round(time.Second), "error", err)
 	}
 }
 
@@ -125,6 +136,13 @@ func Unavailable(err error) bool {
 	case apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err):
 		return true
 	case errors.As(err, &ne) && ne.Timeout():
+		return true
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	}
+	// The API server's name does not resolve (yet): DNS during a failover.
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
 		return true
 	}
 	return false

@@ -1,17 +1,21 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +44,8 @@ func TestUnavailable(t *testing.T) {
 		{fmt.Errorf("list: %w", refused()), true},
 		{&url.Error{Op: "Get", URL: "https://x", Err: syscall.ECONNRESET}, true},
 		{apierrors.NewTooManyRequests("slow down", 1), true},
+		{&url.Error{Op: "Get", URL: "https://x", Err: &net.OpError{Op: "dial", Err: &os.SyscallError{Syscall: "connect", Err: syscall.EHOSTUNREACH}}}, true},
+		{&url.Error{Op: "Get", URL: "https://kube-api:6443", Err: &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "kube-api", IsNotFound: true}}}, true},
 		{apierrors.NewServiceUnavailable("starting"), true},
 		{apierrors.NewServerTimeout(gr, "list", 1), true},
 		{apierrors.NewResourceExpired("too old resource version"), false},
@@ -203,4 +209,46 @@ func TestPatientBackoffStaysUnderASecond(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPatientLogsALastingOutage: the first failure is a warning, a lasting
+// outage is warned of again every 30 s, and its end is said once.
+func TestPatientLogsALastingOutage(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &buf, mu: &mu}, Level: hclog.Info})
+	f := &fakeLW{fails: 45, err: refused()}
+	lw := Patient(f.listWatch(), "Service", clk, log)
+	done := make(chan error, 1)
+	go func() {
+		_, err := lw.ListWithContext(t.Context(), metav1.ListOptions{})
+		done <- err
+	}()
+	for range f.fails {
+		waitFor(t, func() bool { return clk.HasWaiters() })
+		clk.Step(patientMaxDelay)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for what, want := range map[string]int{"Kubernetes API unavailable": 1, "Kubernetes API still unavailable": 1, "Kubernetes API answers again": 1} {
+		if n := strings.Count(out, what); n != want {
+			t.Errorf("%q logged %d times, want %d:\n%s", what, n, want, out)
+		}
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
