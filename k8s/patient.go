@@ -142,8 +142,5 @@ func Unavailable(err error) bool {
 	}
 	// The API server's name does not resolve (yet): DNS during a failover.
 	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	return false
+	return errors.As(err, &dns)
 }
