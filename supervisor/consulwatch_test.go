@@ -195,12 +195,7 @@ func (h *lossHooks) got() ([]string, int) {
 // evidence, each make every worker re-read its Service at once; a
 // look-alike node is a readiness problem while it exists.
 func TestLossMakesEveryWorkerRepair(t *testing.T) {
-	w := newFakeWatcher()
-	for i := range 3 {
-		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
-		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
-	}
-	close(w.synced)
+	w := syncedFleet(3)
 	clk := clocktesting.NewFakeClock(time.Now())
 	store := newWatchStore()
 	hooks := &lossHooks{}
@@ -372,10 +367,7 @@ func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
 // while a Consul server was down waited out backoffs of up to 30s after
 // it came back).
 func TestConsulBackEndsBackoffs(t *testing.T) {
-	w := newFakeWatcher()
-	key := k8s.Key{Namespace: "ns", Name: "web"}
-	w.services[key] = service("ns", "web", "10.1.0.1")
-	close(w.synced)
+	w, key := syncedWatcher("web", "10.1.0.1")
 	clk := clocktesting.NewFakeClock(time.Now())
 	store := newWatchStore()
 	f := startWith(t, w, store, func(s *Supervisor) {
@@ -417,12 +409,7 @@ func TestConsulBackEndsBackoffs(t *testing.T) {
 // busy 3-server cluster a restore left stale and missing instances until
 // the anti-entropy pass).
 func TestKVIndexGoingBackIsLoss(t *testing.T) {
-	w := newFakeWatcher()
-	for i := range 3 {
-		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
-		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
-	}
-	close(w.synced)
+	w := syncedFleet(3)
 	clk := clocktesting.NewFakeClock(time.Now())
 	store := newWatchStore()
 	store.kvReads = make(chan struct{}, 10)
@@ -507,12 +494,7 @@ func (s *witnessStore) edit(f func(s *witnessStore)) {
 // gone because our own delete of it just committed is not a loss; an
 // idle fleet's old witnesses are not read.
 func TestWitnessLostIsLoss(t *testing.T) {
-	w := newFakeWatcher()
-	for i := range 3 {
-		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
-		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
-	}
-	close(w.synced)
+	w := syncedFleet(3)
 	start := time.Now()
 	clk := clocktesting.NewFakeClock(start)
 	wit := func(id string, idx uint64, age time.Duration) consul.Witness {
@@ -572,10 +554,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 // longer has (not in a read by name) is deleted; an entry lost is written
 // again (found by the soak: stale instances stayed after restores).
 func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
-	w := newFakeWatcher()
-	key := k8s.Key{Namespace: "ns", Name: "web"}
-	w.services[key] = service("ns", "web", "10.1.0.1", "10.1.0.2")
-	close(w.synced)
+	w, _ := syncedWatcher("web", "10.1.0.1", "10.1.0.2")
 	store := newWatchStore()
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := startWith(t, w, store, func(s *Supervisor) { s.opts.Clock, s.opts.NodeCheckInterval = clk, time.Second })
@@ -604,10 +583,7 @@ func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
 // witness and is there (the soak: a kill -9 of every server lost the last
 // writes and the loss went unseen for 45s).
 func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
-	w := newFakeWatcher()
-	key := k8s.Key{Namespace: "ns", Name: "s0"}
-	w.services[key] = service("ns", "s0", "10.1.0.1")
-	close(w.synced)
+	w, _ := syncedWatcher("s0", "10.1.0.1")
 	clk := clocktesting.NewFakeClock(time.Now())
 	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}, calls: make(chan struct{}, 1)}
 	hooks := &lossHooks{}
@@ -642,10 +618,7 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 // took a Service over deleting an instance looked like a loss to the one
 // that wrote it).
 func TestStoppedWorkerWitnessesNothing(t *testing.T) {
-	w := newFakeWatcher()
-	key := k8s.Key{Namespace: "ns", Name: "s0"}
-	w.services[key] = service("ns", "s0", "10.1.0.1")
-	close(w.synced)
+	w, key := syncedWatcher("s0", "10.1.0.1")
 	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}}
 	f := startWith(t, w, store, nil)
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
@@ -655,4 +628,25 @@ func TestStoppedWorkerWitnessesNothing(t *testing.T) {
 		store.edit(func(s *witnessStore) { got = slices.Contains(s.forgot, f.cluster.IDPrefix("ns", "s0")) })
 		return got && f.sup.Len() == 0
 	})
+}
+
+// syncedWatcher is a synced fake watcher holding Service ns/name with ips.
+func syncedWatcher(name string, ips ...string) (*fakeWatcher, k8s.Key) {
+	w := newFakeWatcher()
+	key := k8s.Key{Namespace: "ns", Name: name}
+	w.services[key] = service("ns", name, ips...)
+	close(w.synced)
+	return w, key
+}
+
+// syncedFleet is a synced fake watcher holding Services ns/s0 .. ns/s<n-1>,
+// one endpoint each (10.1.<i>.1).
+func syncedFleet(n int) *fakeWatcher {
+	w := newFakeWatcher()
+	for i := range n {
+		k := k8s.Key{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
+		w.services[k] = service("ns", k.Name, fmt.Sprintf("10.1.%d.1", i))
+	}
+	close(w.synced)
+	return w
 }

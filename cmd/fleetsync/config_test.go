@@ -24,14 +24,36 @@ func parseArgs(t *testing.T, args []string, env map[string]string) (config, erro
 	return cfg, err
 }
 
+// flagCase is one command line (and environment): the error it must give
+// (a substring), or checks of the config it parses to.
+type flagCase struct {
+	name    string
+	args    []string
+	env     map[string]string
+	wantErr string
+	check   func(t *testing.T, c config)
+}
+
+func runFlagCases(t *testing.T, cases []flagCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseArgs(t, c.args, c.env)
+			switch {
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("err = %v", err)
+			}
+			if c.check != nil {
+				c.check(t, cfg)
+			}
+		})
+	}
+}
+
 func TestConfig(t *testing.T) {
-	cases := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		wantErr string
-		check   func(t *testing.T, c config)
-	}{
+	runFlagCases(t, []flagCase{
 		{name: "cluster id required", wantErr: "--cluster-id is required"},
 		{name: "bad cluster id", args: []string{"--cluster-id=Prod_1"}, wantErr: "must be a DNS label"},
 		{name: "too long cluster id", args: []string{"--cluster-id=" + strings.Repeat("a", 64)}, wantErr: "1-63 characters"},
@@ -71,21 +93,7 @@ func TestConfig(t *testing.T) {
 		}},
 		{name: "zero kube api qps", args: []string{"--cluster-id=x", "--kube-api-qps=0"}, wantErr: "--kube-api-qps"},
 		{name: "k8s tag equal to cluster id", args: []string{"--cluster-id=k8s"}, wantErr: "--k8s-tag"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			cfg, err := parseArgs(t, c.args, c.env)
-			switch {
-			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
-				t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
-			case c.wantErr == "" && err != nil:
-				t.Fatalf("err = %v", err)
-			}
-			if c.check != nil {
-				c.check(t, cfg)
-			}
-		})
-	}
+	})
 }
 
 func TestRunExitCodes(t *testing.T) {

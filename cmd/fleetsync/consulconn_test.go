@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -10,13 +9,7 @@ import (
 // TestConsulAccessFlags: the login, address, datacenter and scope flags
 // parse, and combinations that cannot work are refused naming the flags.
 func TestConsulAccessFlags(t *testing.T) {
-	cases := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		wantErr string
-		check   func(t *testing.T, c config)
-	}{
+	runFlagCases(t, []flagCase{
 		{name: "login defaults", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s"}, check: func(t *testing.T, c config) {
 			if c.LoginBearerTokenFile != consul.DefaultBearerTokenFile || c.LoginAuthMethod != "k8s" {
 				t.Errorf("%+v", c)
@@ -38,21 +31,7 @@ func TestConsulAccessFlags(t *testing.T) {
 			}},
 		{name: "mirroring prefix alone", args: []string{"--cluster-id=x", "--k8s-namespace-mirroring-prefix=k8s-"}, wantErr: "needs --enable-k8s-namespace-mirroring"},
 		{name: "mirroring and a namespace", args: []string{"--cluster-id=x", "--enable-k8s-namespace-mirroring", "--consul-namespace=team"}, wantErr: "choose one"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			cfg, err := parseArgs(t, c.args, c.env)
-			switch {
-			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
-				t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
-			case c.wantErr == "" && err != nil:
-				t.Fatalf("err = %v", err)
-			}
-			if c.check != nil {
-				c.check(t, cfg)
-			}
-		})
-	}
+	})
 }
 
 func TestConsulScopeAndPodMeta(t *testing.T) {
