@@ -38,11 +38,7 @@ func TestRunSurvivesAForbiddenRenewalAfterItWorked(t *testing.T) {
 		return false, nil, nil
 	})
 	conditionalUpdates(client)
-	f, _ := newFleet(t)
-	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, f := newTestManager(t, client, clock)
 	wait, cancel := runManager(t, m)
 	ctx := context.Background()
 	f.waitFor(t, "both shards led", func() bool { return len(f.HeldShards()) == 2 })
@@ -105,11 +101,7 @@ func TestRunSurvivesAForbiddenWatchAfterItWorked(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	f, _ := newFleet(t)
-	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: newClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, f := newTestManager(t, client, newClock())
 	wait, cancel := runManager(t, m)
 	f.waitFor(t, "both shards led", func() bool { return len(f.HeldShards()) == 2 })
 	first.Stop() // the API server goes away: the reflector watches again
@@ -128,11 +120,7 @@ func TestRunFailsWhenTheLeaseWatchIsForbidden(t *testing.T) {
 	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, nil, forbidden("")
 	})
-	f, _ := newFleet(t)
-	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: newClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := newTestManager(t, client, newClock())
 	wait, _ := runManager(t, m)
 	if err, ok := wait(); !ok || !apierrors.IsForbidden(err) {
 		t.Fatalf("Run returned %v (returned %v), want the watch's Forbidden error", err, ok)

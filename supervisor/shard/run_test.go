@@ -12,8 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 )
 
 // runManager runs m.Run until the test ends. wait waits up to 10 s for
@@ -158,11 +160,7 @@ func runForbidden(t *testing.T, verb string, refuse func(k8stesting.Action) (nam
 		}
 		return false, nil, nil
 	})
-	f, _ := newFleet(t)
-	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: newClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, f := newTestManager(t, client, newClock())
 	wait, _ := runManager(t, m)
 	err, ok := wait()
 	if !ok {
@@ -244,4 +242,16 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if _, err := New(testConfig(2), d); err != nil {
 		t.Errorf("New with a good config: %v", err)
 	}
+}
+
+// newTestManager is a manager "me" of cluster c over client (two shards,
+// testConfig's timing) with a fresh fake fleet.
+func newTestManager(t *testing.T, client kubernetes.Interface, clk clock.Clock) (*Manager, *fakeFleet) {
+	t.Helper()
+	f, _ := newFleet(t)
+	m, err := New(testConfig(2), Deps{Client: client, ClusterID: "c", Fleet: f, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, f
 }
