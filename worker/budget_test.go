@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,4 +86,31 @@ func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
 	}
 	bs.grant <- struct{}{}
 	h.wrote("-10.0.0.2:8080")
+}
+
+// TestBudgetWaitDoesNotRecomputeTheDesiredState: a change that waited for
+// budget with nothing newer arriving is written as diffed before the wait;
+// the desired state is computed once per flush, not again after the wait.
+func TestBudgetWaitDoesNotRecomputeTheDesiredState(t *testing.T) {
+	var bs *budgetStore
+	var lookups atomic.Int64
+	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
+		o.Store = bs
+		look := o.Lookup
+		o.Lookup = func() (*k8s.Service, bool) {
+			lookups.Add(1)
+			return look()
+		}
+	})
+	h.start()
+	h.flush() // the first look: nothing to write yet
+	h.notify(addEndpoint(epA))
+	<-bs.asked
+	before := lookups.Load()
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080")
+	if n := lookups.Load() - before; n != 0 {
+		t.Errorf("the desired state was computed %d more times after the budget wait, want 0", n)
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
@@ -898,5 +900,25 @@ func TestNewDefaults(t *testing.T) {
 	}
 	if w.Key() != testKey {
 		t.Errorf("Key() = %v", w.Key())
+	}
+}
+
+// TestWorkerDoesNotKeepTheStartRead: the owned entries a worker is started
+// with (the fleet's read, decoded JSON) are not reachable from the worker
+// once it has built its map, so adopting the desired instances' strings
+// frees them.
+func TestWorkerDoesNotKeepTheStartRead(t *testing.T) {
+	cluster := testCluster(t)
+	read := []consul.Registered{{Instance: consul.Instance{ID: "x", Name: "web", Meta: map[string]string{"k": "v"}}, Node: cluster.NodeName()}}
+	alive := weak.Make(&read[0])
+	w := New(Options{Key: testKey, Config: testConfig(t), Owned: read, OwnedKnown: true,
+		Lookup: func() (*k8s.Service, bool) { return nil, false }, Store: newFakeStore(t, cluster)})
+	read = nil
+	runtime.GC()
+	if alive.Value() != nil {
+		t.Error("the worker keeps the slice of owned entries it was started with")
+	}
+	if len(w.owned) != 1 {
+		t.Errorf("owned %d entries, want 1", len(w.owned))
 	}
 }
