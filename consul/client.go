@@ -40,9 +40,12 @@ type Owner interface {
 // catalogAPI is the part of the Consul API the client uses.
 type catalogAPI interface {
 	NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error)
-	HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error)
-	Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error)
-	HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error)
+	// NodeServices, NodeChecks and ServiceEntries are the reads of owned
+	// state, decoded lean (wire.go).
+	NodeServices(node string, q *api.QueryOptions) (*wireNodeServices, *api.QueryMeta, error)
+	NodeChecks(node string, q *api.QueryOptions) ([]*wireCheck, *api.QueryMeta, error)
+	ServiceEntries(name string, q *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error)
+	CommitTxn(ops api.TxnOps, q *api.QueryOptions) (bool, *wireTxnResponse, error)
 	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 	CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error)
 	KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error)
@@ -56,10 +59,6 @@ func (a apiAdapter) NodeServiceList(node string, q *api.QueryOptions) (*api.Cata
 
 func (a apiAdapter) HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
 	return a.c.Health().Node(node, q)
-}
-
-func (a apiAdapter) HealthService(name string, q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error) {
-	return a.c.Health().Service(name, "", false, q)
 }
 
 func (a apiAdapter) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error) {
@@ -250,7 +249,7 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: svcFilter}).WithContext(rctx)
-	list, _, err := c.api.NodeServiceList(node, q)
+	list, _, err := c.api.NodeServices(node, q)
 	if err != nil {
 		return nil, fmt.Errorf("read services of node %s: %w", node, c.ctxErr(ctx, err))
 	}
@@ -258,48 +257,19 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 		return nil, nil
 	}
 	q = c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: checkFilter}).WithContext(rctx)
-	checks, _, err := c.api.HealthNode(node, q)
+	checks, _, err := c.api.NodeChecks(node, q)
 	if err != nil {
 		return nil, fmt.Errorf("read checks of node %s: %w", node, c.ctxErr(ctx, err))
 	}
-	byID := make(map[string]*api.HealthCheck, len(checks))
+	byID := make(map[string]*wireCheck, len(checks))
 	for _, hc := range checks {
 		byID[hc.Namespace+"/"+hc.CheckID] = hc
 	}
 	out := make([]Registered, 0, len(list.Services))
 	for _, s := range list.Services {
-		out = append(out, fromAPI(node, s, byID[s.Namespace+"/"+CheckID(s.ID)]))
+		out = append(out, fromWire(node, s, byID[s.Namespace+"/"+CheckID(s.ID)]))
 	}
 	return out, nil
-}
-
-func fromAPI(node string, s *api.AgentService, hc *api.HealthCheck) Registered {
-	r := Registered{
-		Instance: Instance{
-			ID:      s.ID,
-			Name:    s.Service,
-			Address: s.Address,
-			Port:    s.Port,
-			Weight:  weightOf(s.Weights),
-			Tags:    s.Tags,
-			Meta:    s.Meta,
-		},
-		Node:         node,
-		Namespace:    s.Namespace,
-		ServiceIndex: s.ModifyIndex,
-	}
-	if len(r.Tags) == 0 {
-		r.Tags = nil
-	}
-	if len(r.Meta) == 0 {
-		r.Meta = nil
-	}
-	if hc != nil {
-		r.HasCheck = true
-		r.CheckIndex = hc.ModifyIndex
-		r.Check = Check{Status: hc.Status, Output: hc.Output}
-	}
-	return r
 }
 
 // Acquire waits for the write budget of one transaction (see Budget). The
@@ -324,7 +294,7 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	q := c.opts.Scope.instanceQuery(&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
-	entries, _, err := c.api.HealthService(name, q)
+	entries, _, err := c.api.ServiceEntries(name, q)
 	if err != nil {
 		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))
 	}
@@ -333,13 +303,13 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 		if e.Node == nil || !c.owner.IsNode(e.Node.Node) {
 			continue
 		}
-		var hc *api.HealthCheck
+		var hc *wireCheck
 		for _, x := range e.Checks {
 			if x.CheckID == CheckID(e.Service.ID) {
 				hc = x
 			}
 		}
-		out = append(out, fromAPI(e.Node.Node, e.Service, hc))
+		out = append(out, fromWire(e.Node.Node, e.Service, hc))
 	}
 	return out, nil
 }

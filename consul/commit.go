@@ -12,7 +12,7 @@ import (
 // commitGroups sends one transaction: the guard op, the node ops, then the
 // groups' ops. A failed guard is re-checked once (the claim may only have
 // changed hands between this cluster's own replicas) before it is returned.
-func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*api.TxnResponse, error) {
+func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*wireTxnResponse, error) {
 	guard := c.currentGuard()
 	if guard != nil && c.unsure.Load() {
 		// The last request got no answer: Consul may be back without
@@ -74,11 +74,11 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 	}
 }
 
-func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, error) {
+func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*wireTxnResponse, error) {
 	start := time.Now()
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	ok, resp, _, err := c.api.Txn(ops, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
+	ok, resp, err := c.api.CommitTxn(ops, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
 	if err == nil && !ok {
 		err = txnError(resp)
 	}
@@ -100,7 +100,7 @@ func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*api.TxnResponse, 
 
 // recordNodes notes the nodes a committed transaction wrote (their node ops'
 // results), for the next node ops.
-func (c *Client) recordNodes(resp *api.TxnResponse) {
+func (c *Client) recordNodes(resp *wireTxnResponse) {
 	if resp == nil {
 		return
 	}
@@ -114,7 +114,7 @@ func (c *Client) recordNodes(resp *api.TxnResponse) {
 // collect records what the committed groups wrote: the instance sent, with
 // the new indexes from the results (deletes have no result; an entry that
 // was not rewritten keeps the index it had).
-func (c *Client) collect(groups []group, resp *api.TxnResponse, done *Applied) {
+func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
 	svcIndex := map[string]uint64{}
 	checkIndex := map[string]uint64{}
 	if resp != nil {

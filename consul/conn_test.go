@@ -2,6 +2,8 @@ package consul
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +64,44 @@ func TestSplitAddresses(t *testing.T) {
 	}
 	if _, _, err := SplitAddresses([]string{"https://a:1", "http://b:1"}, ""); err == nil {
 		t.Fatal("mixed schemes accepted")
+	}
+}
+
+// TestConnAsksForNoCompression: by default no request asks Consul to gzip
+// its answer (Go's transport would, and Consul then compresses every
+// answer); ConnConfig.Compression asks for it.
+func TestConnAsksForNoCompression(t *testing.T) {
+	open := map[string]func(ConnConfig) (*Conn, error){
+		"Open": Open,
+		"Dial": func(cc ConnConfig) (*Conn, error) { return Dial(t.Context(), cc, DialOptions{}) },
+	}
+	for _, how := range []string{"Open", "Dial"} {
+		for _, gzip := range []bool{false, true} {
+			testCompression(t, how, open[how], gzip)
+		}
+	}
+}
+
+func testCompression(t *testing.T, how string, open func(ConnConfig) (*Conn, error), gzip bool) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.Header.Get("Accept-Encoding"))
+		w.Header().Set("X-Consul-Index", "7")
+		_, _ = w.Write([]byte(`{"Services":[]}`))
+	}))
+	cn, err := open(ConnConfig{Addresses: []string{srv.URL}, Compression: gzip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cn.NewClient(testOwner{id: "gz"}, Options{}).NodeIndex(t.Context(), "k8s-gz"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	want := ""
+	if gzip {
+		want = "gzip"
+	}
+	if len(asked) != 1 || asked[0] != want {
+		t.Errorf("%s, Compression %v: Accept-Encoding %q, want %q", how, gzip, asked, want)
 	}
 }

@@ -440,12 +440,12 @@ type lostAnswerAPI struct {
 	lose *atomic.Bool
 }
 
-func (l lostAnswerAPI) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
-	ok, resp, meta, err := l.catalogAPI.Txn(ops, q)
+func (l lostAnswerAPI) CommitTxn(ops api.TxnOps, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
+	ok, resp, err := l.catalogAPI.CommitTxn(ops, q)
 	if l.lose.Load() && err == nil {
-		return false, nil, nil, errors.New("read tcp 127.0.0.1:8500: connection reset by peer")
+		return false, nil, errors.New("read tcp 127.0.0.1:8500: connection reset by peer")
 	}
-	return ok, resp, meta, err
+	return ok, resp, err
 }
 
 // TestUnansweredWriteWitnessesNothing: a delete that committed without an

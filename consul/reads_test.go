@@ -17,7 +17,7 @@ type countingAPI struct {
 	gate      chan struct{}
 }
 
-func (c *countingAPI) HealthService(string, *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error) {
+func (c *countingAPI) ServiceEntries(string, *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
 	n := c.now.Add(1)
 	for {
 		m := c.most.Load()

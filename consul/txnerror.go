@@ -100,7 +100,7 @@ func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
 	}
 }
 
-func txnError(resp *api.TxnResponse) error {
+func txnError(resp *wireTxnResponse) error {
 	te := &TxnError{}
 	if resp != nil {
 		for _, x := range resp.Errors {

@@ -91,7 +91,7 @@ func (c *Client) ReadWitness(ctx context.Context, w Witness) (index uint64, foun
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
-	entries, _, err := c.api.HealthService(w.Name, q)
+	entries, _, err := c.api.ServiceEntries(w.Name, q)
 	if err != nil {
 		return 0, false, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))
 	}

@@ -28,6 +28,7 @@ type config struct {
 	ConsulCert      string
 	ConsulKey       string
 	ConsulTLSName   string
+	ConsulGzip      bool
 	ConsulSSL       bool
 	ConsulNodes     int
 
@@ -115,6 +116,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulKey, "consul-client-key", "", "client key for Consul mTLS (default $CONSUL_CLIENT_KEY)")
 	fs.StringVar(&c.ConsulTLSName, "consul-tls-server-name", "", "server name to verify in Consul's certificate (default $CONSUL_TLS_SERVER_NAME)")
 	fs.BoolVar(&c.ConsulSSL, "consul-ssl", false, "talk HTTPS to Consul (default $CONSUL_HTTP_SSL)")
+	fs.BoolVar(&c.ConsulGzip, "consul-compression", false, "ask Consul to gzip its answers (for a Consul across a slow link: compressing costs Consul more CPU than the bytes cost a local network)")
 	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter of every read and write (default $CONSUL_DATACENTER, else the agent's or server's own)")
 	fs.StringVar(&c.ConsulNamespace, "consul-namespace", "", "Consul Enterprise namespace of every instance, read and claim key (default $CONSUL_NAMESPACE; '' or 'default': none; Consul OSS refuses any other at start)")
 	fs.StringVar(&c.ConsulPartition, "consul-partition", "", "Consul Enterprise admin partition of every node, instance, read and claim key (default $CONSUL_PARTITION; '' or 'default': none)")

@@ -26,7 +26,7 @@ func consulConnConfig(cfg config) consul.ConnConfig {
 	return consul.ConnConfig{
 		Addresses: cfg.ConsulAddr.values, Token: cfg.ConsulToken, TokenFile: cfg.ConsulTokenFile,
 		CAFile: cfg.ConsulCACert, CertFile: cfg.ConsulCert, KeyFile: cfg.ConsulKey, TLSServerName: cfg.ConsulTLSName,
-		SSL: cfg.ConsulSSL, Datacenter: cfg.ConsulDatacenter,
+		SSL: cfg.ConsulSSL, Datacenter: cfg.ConsulDatacenter, Compression: cfg.ConsulGzip,
 	}
 }
 

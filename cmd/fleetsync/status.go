@@ -25,7 +25,7 @@ import (
 var consulConnectionFlags = []string{
 	"consul-address", "consul-token", "consul-token-file", "consul-ca-file",
 	"consul-client-cert", "consul-client-key", "consul-tls-server-name", "consul-ssl",
-	"claim-prefix",
+	"consul-compression", "claim-prefix",
 }
 
 // registerConsulFlags defines the daemon's Consul connection flags (and
