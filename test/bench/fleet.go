@@ -191,7 +191,13 @@ func (b *bench) idle() error {
 	if err := b.ensureFleet(); err != nil {
 		return err
 	}
-	return b.measureIdle(fmt.Sprintf("%s x %d", formatValue(float64(b.opts.services)), b.opts.endpoints), b.opts.idle)
+	if err := b.measureIdle(fmt.Sprintf("%s x %d", formatValue(float64(b.opts.services)), b.opts.endpoints), b.opts.idle); err != nil {
+		return err
+	}
+	// With --pprof, what the idle CPU was spent on: a profile of another
+	// idle stretch as long (not of the one measured, which it would add to).
+	b.cpuProfile(b.daemon, "idle", int(b.opts.idle.Seconds()))()
+	return nil
 }
 
 func (b *bench) measureIdle(label string, d time.Duration) error {
