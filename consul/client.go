@@ -283,20 +283,13 @@ func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
 }
 
 // ReadService returns the instances of Consul service name on the owner's
-// nodes (by node meta), owned or not, with their readiness checks: one
-// index-backed read, cheap enough for every worker's periodic anti-entropy
-// pass.
-func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, error) {
-	if err := c.reads.Acquire(ctx, 1); err != nil {
-		return nil, err
-	}
-	defer c.reads.Release(1)
-	rctx, cancel := c.reqCtx(ctx)
-	defer cancel()
-	q := c.opts.Scope.instanceQuery(&api.QueryOptions{NodeMeta: c.owner.Node().Meta}).WithContext(rctx)
-	entries, _, err := c.api.ServiceEntries(name, q)
+// nodes (by node meta), owned or not, with their readiness checks, and the
+// service's index (see ServiceIndex): one index-backed read, cheap enough
+// for every worker's periodic anti-entropy pass.
+func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, uint64, error) {
+	entries, index, err := c.serviceEntries(ctx, name, "")
 	if err != nil {
-		return nil, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))
+		return nil, 0, err
 	}
 	out := make([]Registered, 0, len(entries))
 	for _, e := range entries {
@@ -311,5 +304,34 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, er
 		}
 		out = append(out, fromWire(e.Node.Node, e.Service, hc))
 	}
-	return out, nil
+	return out, index, nil
+}
+
+// ServiceIndex returns Consul's index of service name: Consul raises it
+// with every write of a service or check of that name, on any node, by
+// anyone (TestServiceIndexMovesWithEveryWriteOfTheService), so an index
+// equal to the one a ReadService answered means that no entry of that name
+// changed since. A request that returns no entry.
+func (c *Client) ServiceIndex(ctx context.Context, name string) (uint64, error) {
+	_, index, err := c.serviceEntries(ctx, name, `Service.ID == "" and Service.ID != ""`)
+	return index, err
+}
+
+func (c *Client) serviceEntries(ctx context.Context, name, filter string) ([]*wireEntry, uint64, error) {
+	if err := c.reads.Acquire(ctx, 1); err != nil {
+		return nil, 0, err
+	}
+	defer c.reads.Release(1)
+	rctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{NodeMeta: c.owner.Node().Meta, Filter: filter}).WithContext(rctx)
+	entries, meta, err := c.api.ServiceEntries(name, q)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))
+	}
+	var index uint64
+	if meta != nil {
+		index = meta.LastIndex
+	}
+	return entries, index, nil
 }

@@ -192,7 +192,7 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	for what, read := range map[string]func() ([]Registered, error){
 		"ReadNode":    func() ([]Registered, error) { return c.ReadNode(ctx) },
 		"ReadPrefix":  func() ([]Registered, error) { return c.ReadPrefix(ctx, "spreadtest-spread-") },
-		"ReadService": func() ([]Registered, error) { return c.ReadService(ctx, "spread") },
+		"ReadService": func() ([]Registered, error) { r, _, err := c.ReadService(ctx, "spread"); return r, err },
 	} {
 		got, err := read()
 		if err != nil || len(got) != 10 {
@@ -219,7 +219,7 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	if _, err := c.Apply(ctx, ch); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.ReadService(ctx, "spread")
+	got, _, err := c.ReadService(ctx, "spread")
 	if err != nil || len(got) != 1 || got[0].Node != "k8s-spreadtest.1" || got[0].Check.Status != StatusCritical {
 		t.Fatalf("after the update and 9 deletes: %+v, %v", got, err)
 	}
@@ -235,7 +235,7 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	if _, err := single.Apply(ctx, Change{Register: []Instance{odd}}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := c.ReadService(ctx, "moving")
+	before, _, err := c.ReadService(ctx, "moving")
 	if err != nil || len(before) != 1 || before[0].Node != "k8s-spreadtest" {
 		t.Fatalf("before the move: %+v, %v", before, err)
 	}
@@ -243,7 +243,7 @@ func TestSpreadOverNodesAgainstConsul(t *testing.T) {
 	if err != nil || moved.Txns != 1 || moved.Registered != 1 || moved.Deregistered != 1 || len(moved.Written) != 1 || moved.Written[0].Node != "k8s-spreadtest.1" {
 		t.Fatalf("move: %+v, %v; want one transaction writing it on k8s-spreadtest.1", moved, err)
 	}
-	after, err := c.ReadService(ctx, "moving")
+	after, _, err := c.ReadService(ctx, "moving")
 	if err != nil || len(after) != 1 || after[0].Node != "k8s-spreadtest.1" || after[0].ServiceIndex != moved.Written[0].ServiceIndex {
 		t.Fatalf("after the move: %+v, %v", after, err)
 	}
@@ -303,7 +303,7 @@ func TestChangeNamesTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.ReadService(ctx, "placed")
+	got, _, err := c.ReadService(ctx, "placed")
 	if err != nil || len(got) != 2 || got[0].Node != "k8s-nodefor.1" || got[1].Node != "k8s-nodefor.1" || applied.Txns != 1 {
 		t.Fatalf("registered with NodeFor k8s-nodefor.1: %+v, %v (%d txns)", got, err, applied.Txns)
 	}

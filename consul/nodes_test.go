@@ -120,7 +120,7 @@ func TestWitnesses(t *testing.T) {
 	if _, err := c.Apply(ctx, Change{Register: []Instance{first}}); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := c.ReadService(ctx, "wit")
+	cur, _, err := c.ReadService(ctx, "wit")
 	if err != nil {
 		t.Fatal(err)
 	}

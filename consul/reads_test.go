@@ -40,7 +40,7 @@ func TestReadsAreBounded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.ReadService(context.Background(), "web"); err != nil {
+			if _, _, err := c.ReadService(context.Background(), "web"); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -197,7 +197,7 @@ func TestScopeRequestShapes(t *testing.T) {
 			ctx := t.Context()
 			_, err1 := c.ReadNodes(ctx)
 			_, err2 := c.ReadNode(ctx)
-			_, err3 := c.ReadService(ctx, "web")
+			_, _, err3 := c.ReadService(ctx, "web")
 			_, err4 := c.NodeIndex(ctx, "k8s-c1")
 			_, err5 := c.ClusterIDs(ctx)
 			if err := errors.Join(err1, err2, err3, err4, err5); err != nil {

@@ -73,7 +73,7 @@ func TestLeanReadsAgreeWithTheAPIClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("the node read", got)
-	got, err = c.ReadService(ctx, "web")
+	got, _, err = c.ReadService(ctx, "web")
 	if err != nil {
 		t.Fatal(err)
 	}

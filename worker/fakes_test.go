@@ -37,16 +37,17 @@ type fakeStore struct {
 	other   *api.Client    // someone else writing to the catalog
 	cluster ownership.Cluster
 
-	mu        sync.Mutex
-	applies   []consul.Change // a copy of every Apply's change
-	ctxErrs   []error         // ctx.Err() seen by every Apply
-	reads     int             // ReadPrefix calls
-	byName    int             // ReadService calls
-	fails     []error         // returned by the next applies, in order
-	block     chan struct{}   // the next Apply waits for it to close
-	onApply   func()          // runs inside every Apply (before it commits)
-	panics    int             // the next applies panic
-	readFails int             // the next reads fail
+	mu         sync.Mutex
+	applies    []consul.Change // a copy of every Apply's change
+	ctxErrs    []error         // ctx.Err() seen by every Apply
+	reads      int             // ReadPrefix calls
+	byName     int             // ReadService calls
+	indexReads int             // ServiceIndex calls
+	fails      []error         // returned by the next applies, in order
+	block      chan struct{}   // the next Apply waits for it to close
+	onApply    func()          // runs inside every Apply (before it commits)
+	panics     int             // the next applies panic
+	readFails  int             // the next reads fail
 
 	applied chan consul.Change // every Apply, as it starts
 	started chan struct{}      // a blocked Apply is waiting
@@ -144,15 +145,26 @@ func (s *fakeStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Reg
 	return s.Client.ReadPrefix(ctx, prefix)
 }
 
-func (s *fakeStore) ReadService(ctx context.Context, name string) ([]consul.Registered, error) {
+func (s *fakeStore) ReadService(ctx context.Context, name string) ([]consul.Registered, uint64, error) {
 	s.mu.Lock()
 	s.byName++
 	err := s.readFault()
 	s.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return s.Client.ReadService(ctx, name)
+}
+
+func (s *fakeStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {
+	s.mu.Lock()
+	s.indexReads++
+	err := s.readFault()
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return s.Client.ServiceIndex(ctx, name)
 }
 
 // nameReads counts the reads by Consul name (anti-entropy passes).
@@ -160,6 +172,23 @@ func (s *fakeStore) nameReads() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.byName
+}
+
+// indexCalls counts the ServiceIndex calls (gated periodic passes).
+func (s *fakeStore) indexCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.indexReads
+}
+
+// setCheck sets the status of an entry's check behind the worker's back.
+func (s *fakeStore) setCheck(id, status string) {
+	r := s.entry(id)
+	reg := &api.CatalogRegistration{Node: r.Node, SkipNodeUpdate: true, Check: &api.AgentCheck{
+		Node: r.Node, CheckID: consul.CheckID(id), Name: "tampered", Status: status, ServiceID: id}}
+	if _, err := s.other.Catalog().Register(reg, nil); err != nil {
+		panic(err)
+	}
 }
 
 // put stores in as if written by fleetsync earlier; it returns the entry.
@@ -238,6 +267,12 @@ type fakeK8s struct {
 	panics     int             // the next lookups panic
 	gate       <-chan struct{} // lookups before it is closed are counted
 	beforeGate int
+}
+
+func (f *fakeK8s) lookups() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func (f *fakeK8s) lookup() (*k8s.Service, bool) {

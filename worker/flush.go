@@ -27,7 +27,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	w.eventsFlushed = events
 	s.dirty = false
 	w.setState(StateFlushing)
-	res, err := w.sync(ctx, s)
+	res, err := w.sync(ctx, s, coalesced > 0)
 	if err == nil && !res.invalid {
 		w.blockedNow = res.blocked
 	}
@@ -52,7 +52,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 			// agent, a restored snapshot): the retry re-reads what is
 			// there before it diffs, or instances the cache believes
 			// registered would stay missing until the next periodic pass.
-			w.resyncDue = true
+			w.forceResync()
 		}
 	}
 	w.record(ctx, now, since, coalesced, res, err, s)
@@ -74,7 +74,11 @@ type syncResult struct {
 // sync computes the desired state, diffs it against the owned state and
 // writes the difference. A CAS conflict re-reads the owned state and tries
 // once more before it is returned as an error.
-func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err error) {
+//
+// notified says a change came since the last flush: a periodic pass that
+// finds nothing changed in Consul (unchangedSince) then still diffs;
+// without one it is done.
+func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syncResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			buf := make([]byte, 8<<10)
@@ -84,13 +88,26 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 	}()
 	resyncPass := w.resyncDue
 	if w.resyncDue {
-		w.resyncDue = false
 		res.resync = true
-		if used, err := w.readOwnedByName(ctx); err != nil {
-			w.resyncDue = true
-			return res, err
-		} else if !used {
-			w.ownedKnown = false
+		unchanged := false
+		if w.resyncTimed {
+			if unchanged, err = w.unchangedSince(ctx); err != nil {
+				return res, err // still due
+			}
+		}
+		w.resyncDue, w.resyncTimed = false, false
+		switch {
+		case unchanged && !notified && s.failures == 0 && w.blockedNow == 0:
+			res.window = nil
+			return res, nil // Consul holds what the last look left: nothing to do
+		case unchanged:
+		default:
+			if used, err := w.readOwnedByName(ctx); err != nil {
+				w.resyncDue = true
+				return res, err
+			} else if !used {
+				w.ownedKnown = false
+			}
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -121,6 +138,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler) (res syncResult, err er
 		}
 		applied, err := w.opts.Store.Apply(ctx, ch)
 		w.lastWrite = w.clock.Now()
+		w.verified = nil // our write moved the indexes: the next pass reads
 		w.merge(applied)
 		res.applied.Txns += applied.Txns
 		res.applied.Ops += applied.Ops
@@ -206,6 +224,7 @@ func (w *Worker) selected() bool {
 // desired returns the stamped instances wanted in Consul: none when the
 // Service is gone or not selected. An invalid Service keeps what it has.
 func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
+	w.desiredName = ""
 	svc, selected := w.opts.Lookup()
 	if svc == nil || !selected {
 		return nil, syncResult{}, nil
@@ -226,6 +245,7 @@ func (w *Worker) desired() ([]consul.Instance, syncResult, error) {
 	for _, msg := range spec.Skipped {
 		w.report(svc, before, ReasonInstanceSkipped, msg)
 	}
+	w.desiredName = spec.Name
 	if w.opts.OnName != nil {
 		w.opts.OnName(spec.Name, svc.Annotations[AnnotationName] == "")
 	}
@@ -262,6 +282,7 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read owned state: %w", err)
 	}
+	w.verified = nil // a read by node: no name's index
 	w.owned = OwnedOf(c, w.opts.Key, entries)
 	w.foreign = ForeignOf(c, w.opts.Key, entries)
 	w.ownedKnown, w.adopt = true, true

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 )
@@ -248,4 +250,61 @@ func TestRetryEndsTheBackoff(t *testing.T) {
 	if f := h.flush(); f.Err != nil || !f.Wrote {
 		t.Fatalf("retry: %+v", f)
 	}
+}
+
+// TestPeriodicPassReadsOnlyWhatChanged: once a pass has read the Service's
+// entries by name, a periodic pass over an unchanged catalog asks only for
+// the name's index (no read of the instances, no diff, no write); an entry
+// edited or deleted behind the worker's back moves the index, and that pass
+// reads and repairs. Resync always reads.
+func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB}), func(h *harness, o *Options) {
+		o.ResyncPeriod = 5 * W
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+	pass := func(what string, wantReads, wantIndexReads int, wrote bool) Flush {
+		t.Helper()
+		h.awaitTimer()
+		h.clk.Step(6 * W) // past the next pass (4.5 to 5.5 W after the last)
+		f := h.flush()
+		if !f.Resync || f.Err != nil || f.Wrote != wrote {
+			t.Fatalf("%s: %+v", what, f)
+		}
+		if got := h.store.nameReads(); got != wantReads {
+			t.Errorf("%s: %d reads by name in all, want %d", what, got, wantReads)
+		}
+		if got := h.store.indexCalls(); got != wantIndexReads {
+			t.Errorf("%s: %d index reads in all, want %d", what, got, wantIndexReads)
+		}
+		return f
+	}
+	pass("the first pass after a write", 1, 0, false)
+	lookups := h.k8s.lookups()
+	pass("a pass over an unchanged catalog", 1, 1, false)
+	if n := h.k8s.lookups() - lookups; n != 0 {
+		t.Errorf("a pass over an unchanged catalog looked the Service up %d times, want 0", n)
+	}
+	pass("another", 1, 2, false)
+
+	ids := h.store.instances()
+	h.store.setCheck(ids[1].ID, api.HealthCritical) // a check only: the node's own index would not move
+	pass("a pass after a check was tampered with", 2, 3, true)
+	wantChange(t, h.apply(), "~10.0.0.2:8080[k8s east]")
+	pass("the pass after the repair reads (the write moved the index)", 3, 3, false)
+	h.store.remove(ids[0].ID)
+	pass("a pass after a delete", 4, 4, true)
+	wantChange(t, h.apply(), "+10.0.0.1:8080")
+
+	pass("the pass after the repair", 5, 4, false)
+	h.w.Resync()
+	h.awaitTimer()
+	h.clk.Step(W)
+	if f := h.flush(); !f.Resync || f.Wrote {
+		t.Fatalf("Resync: %+v", f)
+	}
+	if got := h.store.nameReads(); got != 6 {
+		t.Errorf("Resync over an unchanged catalog: %d reads by name in all, want 6 (it always reads)", got)
+	}
+	h.converged()
 }

@@ -22,8 +22,12 @@ type Store interface {
 	// with prefix, owned or not (the worker keeps what ownership accepts).
 	ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error)
 	// ReadService reads the entries of one Consul service name on the
-	// owner's nodes in one index-backed request: the anti-entropy read.
-	ReadService(ctx context.Context, name string) ([]consul.Registered, error)
+	// owner's nodes in one index-backed request (the anti-entropy read),
+	// with the name's index.
+	ReadService(ctx context.Context, name string) ([]consul.Registered, uint64, error)
+	// ServiceIndex is the index of a Consul service name: it moves with
+	// every write of a service or check of that name, by anyone.
+	ServiceIndex(ctx context.Context, name string) (uint64, error)
 	// Acquire waits for the write budget of one transaction (high:
 	// priority); the permit goes out in Change.Permit or is released.
 	Acquire(ctx context.Context, high bool) (consul.Permit, error)
@@ -116,6 +120,13 @@ type Worker struct {
 	blockedNow  int                          // desired instances the last sync left out for them
 	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
+	resyncTimed bool                         // ... and only the period's (see unchangedSince)
+	// verified holds, per Consul name, the index of the last read by name
+	// that found the entries as they are cached, with no write since: a
+	// periodic pass whose names are all still at those indexes has nothing
+	// to read (see unchangedSince).
+	verified    map[string]uint64
+	desiredName string // the Consul name of the last desired state
 	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
 	// Service: each is reported once while it lasts.
@@ -311,14 +322,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			waited = true
 		case <-resyncC:
 			w.resyncTimer.Reset(nextResync(w.opts.ResyncPeriod))
+			if !w.resyncDue {
+				w.resyncTimed = true
+			}
 			w.resyncDue, s.dirty = true, true
 		case <-w.resync:
-			w.resyncDue, s.dirty = true, true
+			w.forceResync()
+			s.dirty = true
 		case a := <-w.adoptC:
 			if w.lastWrite.After(a.at) {
 				w.ownedKnown = false // wrote meanwhile: the read may miss it
 			} else {
 				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
+				w.verified = nil // a read by node: no name's index
 				w.ownedKnown, w.adopt = true, true
 			}
 			w.resyncDue = false // this is the pass, every name included
