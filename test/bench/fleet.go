@@ -21,6 +21,16 @@ type coldResult struct {
 	peakRSS             float64       // VmHWM once converged
 }
 
+// pollEvery is how often waitNames reads the catalog while n Services are
+// written: each read makes Consul list every service name, so the limit's
+// writes are watched the same way (limitOf).
+func pollEvery(n int) time.Duration {
+	if n > 2000 {
+		return 250 * time.Millisecond
+	}
+	return 100 * time.Millisecond
+}
+
 // coldRun starts a daemon over namespaces and waits until Consul holds n
 // Services (names starting with prefix) of e instances each.
 func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e int) (coldResult, error) {
@@ -48,11 +58,7 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 		at, err := waitReady(b.ctx, d, 10*time.Minute)
 		ready <- readiness{at, err}
 	}()
-	every := 100 * time.Millisecond
-	if n > 2000 {
-		every = 250 * time.Millisecond
-	}
-	seen, err := b.waitNames(prefix, n, every, 90*time.Minute)
+	seen, err := b.waitNames(prefix, n, pollEvery(n), 90*time.Minute)
 	if err != nil {
 		return r, err
 	}

@@ -250,10 +250,28 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	if err != nil {
 		return err
 	}
+	// The limit's writes are watched as fleetsync's were (the same
+	// catalog reads, as often): those reads cost Consul CPU, and both
+	// writers must pay it for the ratio to compare the writes alone.
+	type sighting struct {
+		at  time.Time
+		err error
+	}
+	watched := make(chan sighting, 1)
+	start := time.Now()
+	go func() {
+		at, err := b.waitNames(s.prefix, s.cold.services, pollEvery(s.cold.services), 30*time.Minute)
+		watched <- sighting{at, err}
+	}()
 	took, sent, err := b.writeLimit(s, limitInflight)
 	if err != nil {
 		return err
 	}
+	seen := <-watched
+	if seen.err != nil {
+		return seen.err
+	}
+	toSeen := seen.at.Sub(start)
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
 		return err
 	}
@@ -271,12 +289,13 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	w := after.minus(base)
 	inst := float64(s.instances)
 	sc := "limit"
-	b.res.add(sc, fmt.Sprintf("%s: limit, time to all %s instances", s.label, formatValue(inst)), secs(took), "s",
-		fmt.Sprintf("%d transactions over %d nodes, %d in flight", sent, len(s.nodes), limitInflight))
-	b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/took.Seconds()), "instances/s", "")
+	b.res.add(sc, fmt.Sprintf("%s: limit, time to all %s instances seen", s.label, formatValue(inst)), secs(toSeen), "s",
+		fmt.Sprintf("%d transactions over %d nodes, %d in flight; first sent -> last seen, watched as fleetsync's cold start", sent, len(s.nodes), limitInflight))
+	b.res.add(sc, s.label+": limit, time to the last answer", secs(took), "s", "first sent -> last answered")
+	b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/toSeen.Seconds()), "instances/s", "")
 	b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
-	b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(took.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
-		fmt.Sprintf("limit %.2f s / fleetsync %.2f s (spawn to all seen); target >= 0.8", took.Seconds(), s.cold.toAll.Seconds()))
+	b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(toSeen.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
+		fmt.Sprintf("limit %.2f s / fleetsync %.2f s (both to all seen); target >= 0.8", toSeen.Seconds(), s.cold.toAll.Seconds()))
 	return nil
 }
 
