@@ -44,6 +44,7 @@ type bench struct {
 	bin    string // the fleetsync binary fixture.Build made
 
 	daemon  *fixture.Daemon   // the running real-stack daemon, if any
+	started time.Time         // when it was spawned
 	stopped []*fixture.Daemon // stopped daemons whose dirs teardown removes
 
 	// populated is how many Services benchNS holds (bench-00000 ...);
@@ -162,7 +163,7 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	if err != nil {
 		return nil, err
 	}
-	b.daemon = d
+	b.daemon, b.started = d, time.Now()
 	return d, nil
 }
 

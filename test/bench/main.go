@@ -15,7 +15,7 @@ import (
 
 // allScenarios in the order they run (the order matters: later scenarios
 // reuse the Services and the daemon earlier ones left).
-var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "inprocess"}
+var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "replicas", "inprocess"}
 
 // options are the command-line flags.
 type options struct {
@@ -35,8 +35,12 @@ type options struct {
 	inprocEndpoints  int
 	inprocShard      int
 	rolloutEndpoints int
+	replicaServices  int
+	replicas         int
+	replicaShards    int
 	keepLogs         bool
 	pprof            bool
+	steady           bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -63,8 +67,12 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.inprocEndpoints, "inprocess-endpoints", 0, "endpoints per Service in the in-process scenario (default 1: Consul must hold them all)")
 	fs.IntVar(&o.inprocShard, "inprocess-shard", 1000, "Services per cluster id (Consul node) in the in-process scenario")
 	fs.IntVar(&o.rolloutEndpoints, "rollout-endpoints", 0, "endpoints of the rolled-out Service, replaced 25 every 500 ms (default 900; 200 with --quick)")
+	fs.IntVar(&o.replicaServices, "replicas-services", 0, "Services of the replicas scenario (default 3000; 200 with --quick; 30000 is the 300,000-instance point, see docs/benchmarks.md)")
+	fs.IntVar(&o.replicas, "replicas", 3, "replicas of the replicas scenario")
+	fs.IntVar(&o.replicaShards, "replica-shards", 6, "--shards of the replicas scenario")
 	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
 	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof; save a heap profile at each memory point (<out>/heap-<services>.pb.gz) and CPU profiles of each cold start, the restart and an idle stretch (<out>/cpu-*.pb.gz)")
+	fs.BoolVar(&o.steady, "idle-steady", true, "idle also measures steady state: once every worker made its first anti-entropy pass (5.5 min after the daemon's start; off with --quick)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -95,6 +103,13 @@ func parseFlags(args []string) (options, error) {
 	def(&o.inprocServices, 100000, 2000)
 	def(&o.inprocEndpoints, 1, 1)
 	def(&o.rolloutEndpoints, 900, 200)
+	def(&o.replicaServices, 3000, 200)
+	if o.quick {
+		o.steady = false
+	}
+	if o.replicas < 1 || o.replicaShards < o.replicas {
+		return o, fmt.Errorf("--replicas=%d --replica-shards=%d: at least one replica, and at least as many shards", o.replicas, o.replicaShards)
+	}
 	def(&o.churnServices, min(1000, o.services), min(100, o.services))
 	defDur(&o.idle, 60*time.Second, 10*time.Second)
 	defDur(&o.churnFor, 60*time.Second, 10*time.Second)
@@ -186,6 +201,7 @@ func run(ctx context.Context, o options) (err error) {
 		{"churn", b.churn},
 		{"memory", b.memoryLarge},
 		{"limit", b.limit},
+		{"replicas", b.replicas},
 		{"inprocess", b.inprocess},
 	}
 	for _, s := range steps {
