@@ -63,9 +63,14 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
 	metrics := supervisor.NewMetrics(reg, perWorker)
+	var sup *supervisor.Supervisor
+	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() })
 	store := conn.NewClient(cluster, consul.Options{
-		Budget:         consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
-		Observe:        metrics.ObserveTxn,
+		Budget: consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
+		Observe: func(ops int, seconds float64, err error) {
+			release.active()
+			metrics.ObserveTxn(ops, seconds, err)
+		},
 		ObserveWait:    metrics.ObserveWait,
 		RequestTimeout: cfg.ConsulTimeout,
 		Scope:          conn.scope,
@@ -77,7 +82,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	defer recorder.Shutdown()
 
 	reserved := &supervisor.ReservedTags{}
-	sup := supervisor.New(supervisor.Options{
+	sup = supervisor.New(supervisor.Options{
 		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values, SkipClusterIP: !cfg.SyncClusterIP},
 		Worker: worker.Config{
 			Cluster: cluster, DefaultWindow: cfg.Window, ServicePrefix: cfg.ServicePrefix,
@@ -138,6 +143,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		return nil
 	})
 	g.Go(func() error { return tokens.Watch(gctx, 5*time.Second) })
+	g.Go(func() error { release.run(gctx); return nil })
 	if shards != nil {
 		// An error (the Leases forbidden: RBAC) stops the process: a
 		// replica that can hold no shard must not run as if it could.

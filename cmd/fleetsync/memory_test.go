@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
 
 func TestPlanMemory(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -25,4 +30,40 @@ func TestPlanMemory(t *testing.T) {
 			t.Errorf("parseMemoryLimit(%q) = %d, %t; want %d", in, got, ok, want)
 		}
 	}
+}
+
+// TestReleaserReturnsMemoryOncePerBurst: after the bootstrap and a quiet
+// spell the free heap is returned once; not before the fleet is
+// bootstrapped, not while transactions go on, not again without a new
+// one, and not when little is held.
+func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	ready, free, released := false, uint64(100<<20), 0
+	r := newReleaser(func() bool { return ready })
+	r.clock, r.free, r.release = clk, func() uint64 { return free }, func() { released++ }
+	step := func(d time.Duration, want int, what string) {
+		t.Helper()
+		clk.Step(d)
+		r.check()
+		if released != want {
+			t.Fatalf("%s: %d releases, want %d", what, released, want)
+		}
+	}
+	step(time.Minute, 0, "before the bootstrap")
+	ready = true
+	step(time.Second, 0, "at the bootstrap")
+	step(9*time.Second, 0, "9 s after it")
+	step(time.Second, 1, "10 s after it")
+	r.active()
+	step(5*time.Second, 1, "5 s after a transaction")
+	r.active()
+	step(9*time.Second, 1, "9 s after the last transaction")
+	step(time.Second, 2, "10 s after it")
+	step(time.Minute, 2, "no transaction since")
+	r.active()
+	free = 1 << 20
+	step(11*time.Second, 2, "after a burst that left 1 MiB free")
+	r.active()
+	free = 100 << 20
+	step(11*time.Second, 3, "after the next burst")
 }
