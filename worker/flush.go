@@ -67,6 +67,7 @@ type syncResult struct {
 	applied  consul.Applied
 	finished bool
 	invalid  bool
+	skipped  bool   // a periodic pass that found nothing changed: the last look's status stands
 	problem  string // why the Service is invalid
 	blocked  int    // desired instances left out: someone else's entry holds their ID
 }
@@ -98,7 +99,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 		w.resyncDue, w.resyncTimed = false, false
 		switch {
 		case unchanged && !notified && s.failures == 0 && w.blockedNow == 0:
-			res.window = nil
+			res.skipped = true
 			return res, nil // Consul holds what the last look left: nothing to do
 		case unchanged:
 		default:

@@ -285,6 +285,9 @@ func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
 	if n := h.k8s.lookups() - lookups; n != 0 {
 		t.Errorf("a pass over an unchanged catalog looked the Service up %d times, want 0", n)
 	}
+	if st := h.w.Status(); st.Desired != 2 || st.Registered != 2 || st.State != StateIdle {
+		t.Errorf("status after a pass that read nothing: desired %d registered %d state %s, want what the last look found (2, 2, idle)", st.Desired, st.Registered, st.State)
+	}
 	pass("another", 1, 2, false)
 
 	ids := h.store.instances()

@@ -143,11 +143,13 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	w.status.Window = s.window
 	w.status.Registered = len(w.owned)
 	w.status.Failures = s.failures
-	if !res.invalid {
+	if !res.invalid && !res.skipped {
 		w.status.Desired = res.desired
 		w.status.Blocked = res.blocked
 	}
 	switch {
+	case res.skipped && err == nil:
+		// What the last look found (an invalid Service, say) stands.
 	case err != nil:
 		w.status.LastError = err.Error()
 		w.status.State = StateBackingOff
