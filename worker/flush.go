@@ -26,8 +26,14 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	coalesced := events - w.eventsFlushed
 	w.eventsFlushed = events
 	s.dirty = false
+	w.mu.Lock()
+	before := w.status.State
+	w.mu.Unlock()
 	w.setState(StateFlushing)
 	res, err := w.sync(ctx, s, coalesced > 0)
+	if res.skipped && before != StateFlushing {
+		res.before = before
+	}
 	if err == nil && !res.invalid {
 		w.blockedNow = res.blocked
 	}
@@ -68,6 +74,7 @@ type syncResult struct {
 	finished bool
 	invalid  bool
 	skipped  bool   // a periodic pass that found nothing changed: the last look's status stands
+	before   State  // with skipped: the state before the pass
 	problem  string // why the Service is invalid
 	blocked  int    // desired instances left out: someone else's entry holds their ID
 }

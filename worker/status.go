@@ -150,6 +150,9 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	switch {
 	case res.skipped && err == nil:
 		// What the last look found (an invalid Service, say) stands.
+		if res.before != "" {
+			w.status.State = res.before
+		}
 	case err != nil:
 		w.status.LastError = err.Error()
 		w.status.State = StateBackingOff

@@ -287,7 +287,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				s.isolated = !waited && s.failures == 0
 				waited = false
-				if done := w.flush(ctx, &s); done {
+				if done := w.flushAside(ctx, &s); done {
 					return ErrFinished
 				}
 				switch blocked := w.blockedNow > 0 && w.opts.BlockedRecheck > 0; {

@@ -922,3 +922,27 @@ func TestWorkerDoesNotKeepTheStartRead(t *testing.T) {
 		t.Errorf("owned %d entries, want 1", len(w.owned))
 	}
 }
+
+// panickingObserver panics when told of a flush (outside sync's recover).
+type panickingObserver struct{ fakeObserver }
+
+func (o *panickingObserver) Flushed(Flush) { panic("observer broke") }
+
+// TestPanicInAFlushReachesRunsCaller: the flush runs on a goroutine of its
+// own (flushAside); a panic there outside sync's own recover is raised
+// again on Run's goroutine, where the supervisor's recover catches it,
+// with the flush's stack.
+func TestPanicInAFlushReachesRunsCaller(t *testing.T) {
+	w := New(Options{Key: testKey, Config: testConfig(t), Lookup: (&fakeK8s{svc: newSvc([]k8s.Endpoint{epA}), selected: true}).lookup,
+		Store: newFakeStore(t, testCluster(t)), OwnedKnown: true, Observer: &panickingObserver{}})
+	got := make(chan any, 1)
+	go func() {
+		defer func() { got <- recover() }()
+		_ = w.Run(t.Context())
+	}()
+	p := <-got
+	msg, _ := p.(string)
+	if !strings.Contains(msg, "observer broke") || !strings.Contains(msg, "in the flush") || !strings.Contains(msg, "(*Worker).record") {
+		t.Fatalf("Run's caller recovered %v, want the observer's panic with the flush's stack", p)
+	}
+}
