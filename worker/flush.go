@@ -125,14 +125,13 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 			}
 		}
 		gen := w.events.Load() // before the Lookup: a later change is seen by acquire
-		desired, r, err := w.desired()
+		desired, ch, r, err := w.look()
 		res = r
 		res.resync = resyncPass
 		if err != nil || res.invalid {
 			return res, nil
 		}
 		res.desired = len(desired)
-		ch := Diff(desired, w.owned, w.nodeOf)
 		if ch.Empty() {
 			if w.adopt {
 				w.adoptDesired(desired)
@@ -144,7 +143,8 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 		if ch, err = w.acquire(ctx, high, ch, gen); err != nil || ch.Empty() {
 			return res, err
 		}
-		applied, err := w.opts.Store.Apply(ctx, ch)
+		var applied consul.Applied
+		deep(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
 		w.lastWrite = w.clock.Now()
 		w.verified = nil // our write moved the indexes: the next pass reads
 		w.merge(applied)
@@ -194,12 +194,12 @@ func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen u
 		return consul.Change{}, err
 	}
 	if w.events.Load() != gen {
-		desired, r, err := w.desired()
+		_, again, r, err := w.look()
 		if err != nil || r.invalid {
 			permit.Release()
 			return consul.Change{}, err
 		}
-		ch = Diff(desired, w.owned, w.nodeOf)
+		ch = again
 	}
 	if ch.Empty() {
 		permit.Release()
@@ -208,6 +208,18 @@ func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen u
 	ch.High, ch.Permit = high, permit
 	ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
 	return ch, nil
+}
+
+// look computes the desired state and its diff against the owned state,
+// on a short-lived goroutine (deep).
+func (w *Worker) look() (desired []consul.Instance, ch consul.Change, res syncResult, err error) {
+	deep(func() {
+		desired, res, err = w.desired()
+		if err == nil && !res.invalid {
+			ch = Diff(desired, w.owned, w.nodeOf)
+		}
+	})
+	return desired, ch, res, err
 }
 
 // nodeOf names the Consul node an instance of this cluster belongs on. An
@@ -286,7 +298,9 @@ func (w *Worker) report(svc *k8s.Service, before map[string]bool, reason, msg st
 
 func (w *Worker) readOwned(ctx context.Context) error {
 	c := w.opts.Config.Cluster
-	entries, err := w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name))
+	var entries []consul.Registered
+	var err error
+	deep(func() { entries, err = w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name)) })
 	if err != nil {
 		return fmt.Errorf("read owned state: %w", err)
 	}

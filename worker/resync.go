@@ -37,7 +37,8 @@ func nextResync(period time.Duration) time.Duration {
 // each backed by Consul's service index. It reports false when it cannot be
 // used (no names known).
 func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
-	names := w.knownNames()
+	var names []string
+	deep(func() { names = w.knownNames() })
 	if len(names) == 0 {
 		return false, nil
 	}
@@ -52,7 +53,10 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	var entries []consul.Registered
 	indexes := make(map[string]uint64, len(names))
 	for _, name := range names {
-		got, index, err := w.opts.Store.ReadService(ctx, name)
+		var got []consul.Registered
+		var index uint64
+		var err error
+		deep(func() { got, index, err = w.opts.Store.ReadService(ctx, name) })
 		if err != nil {
 			return true, fmt.Errorf("anti-entropy read: %w", err)
 		}
@@ -101,7 +105,9 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		now, err := w.opts.Store.ServiceIndex(ctx, name)
+		var now uint64
+		var err error
+		deep(func() { now, err = w.opts.Store.ServiceIndex(ctx, name) })
 		if err != nil {
 			return false, fmt.Errorf("anti-entropy check: %w", err)
 		}
