@@ -73,3 +73,52 @@ func TestServiceIndexMovesWithEveryWriteOfTheService(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeIndexMovesWithARename: one of our entries re-registered under
+// another Consul name (same ID, same node) leaves the index of our name
+// where it was (Consul raises only the new name's), and moves the node's
+// (NodeIndex): the anti-entropy gate must compare both.
+func TestNodeIndexMovesWithARename(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "rename"}
+	c := NewClient(a.Client, owner, Options{})
+	ins := []Instance{owner.instance(2, "web"), owner.instance(4, "web")}
+	if _, err := c.Apply(ctx, Change{Register: ins}); err != nil {
+		t.Fatal(err)
+	}
+	node := owner.Node().Name
+	name0, err := c.ServiceIndex(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node0, err := c.NodeIndex(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1", SkipNodeUpdate: true,
+		Service: &api.AgentService{ID: ins[0].ID, Service: "other", Address: ins[0].Address, Port: ins[0].Port, Tags: ins[0].Tags, Meta: ins[0].Meta}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	name1, err := c.ServiceIndex(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node1, err := c.NodeIndex(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c.ReadService(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("web holds %d entries after the rename, want 1", len(got))
+	}
+	if name1 != name0 {
+		t.Logf("Consul now raises the old name's index on a rename (%d -> %d): the node index is then a second signal", name0, name1)
+	}
+	if node1 <= node0 {
+		t.Errorf("the node's index stayed at %d (was %d) after one of its services was renamed", node1, node0)
+	}
+}

@@ -56,3 +56,39 @@ func TestReadsAreBounded(t *testing.T) {
 		t.Fatalf("at most %d reads in flight, want 4", got)
 	}
 }
+
+// indexAPI answers every read by name with index 42.
+type indexAPI struct{ catalogAPI }
+
+func (indexAPI) ServiceEntries(string, *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
+	return nil, &api.QueryMeta{LastIndex: 42}, nil
+}
+
+// TestServiceIndexIsUnknownInEnterpriseScopes: with a Consul Enterprise
+// namespace or partition the index a read by name answers is not trusted
+// (0), so the anti-entropy gate never skips a read there.
+func TestServiceIndexIsUnknownInEnterpriseScopes(t *testing.T) {
+	for _, tc := range []struct {
+		scope Scope
+		want  uint64
+	}{
+		{Scope{}, 42},
+		{Scope{Namespace: "default"}, 42},
+		{Scope{Namespace: "team"}, 0},
+		{Scope{Partition: "p1"}, 0},
+		{Scope{MirrorNamespaces: true}, 0},
+	} {
+		c := newClient(indexAPI{}, testOwner{id: "ent"}, Options{Scope: tc.scope})
+		i, err := c.ServiceIndex(t.Context(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, j, err := c.ReadService(t.Context(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i != tc.want || j != tc.want {
+			t.Errorf("scope %+v: ServiceIndex %d, ReadService's %d, want %d", tc.scope, i, j, tc.want)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -38,6 +37,7 @@ type wireService struct {
 // wireCheck is a check of a health read.
 type wireCheck struct {
 	CheckID     string
+	ServiceID   string // the check is ours only when it is on our service
 	Status      string
 	Output      string
 	Namespace   string
@@ -58,19 +58,19 @@ type wireEntry struct {
 
 func (a apiAdapter) NodeServices(node string, q *api.QueryOptions) (*wireNodeServices, *api.QueryMeta, error) {
 	var out *wireNodeServices
-	meta, err := a.c.Raw().Query("/v1/catalog/node-services/"+url.PathEscape(node), &out, q)
+	meta, err := a.c.Raw().Query("/v1/catalog/node-services/"+node, &out, q) // consul/api escapes the path
 	return out, meta, err
 }
 
 func (a apiAdapter) NodeChecks(node string, q *api.QueryOptions) ([]*wireCheck, *api.QueryMeta, error) {
 	var out []*wireCheck
-	meta, err := a.c.Raw().Query("/v1/health/node/"+url.PathEscape(node), &out, q)
+	meta, err := a.c.Raw().Query("/v1/health/node/"+node, &out, q)
 	return out, meta, err
 }
 
 func (a apiAdapter) ServiceEntries(name string, q *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
 	var out []*wireEntry
-	meta, err := a.c.Raw().Query("/v1/health/service/"+url.PathEscape(name), &out, q)
+	meta, err := a.c.Raw().Query("/v1/health/service/"+name, &out, q)
 	return out, meta, err
 }
 
