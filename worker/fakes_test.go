@@ -43,6 +43,7 @@ type fakeStore struct {
 	reads      int             // ReadPrefix calls
 	byName     int             // ReadService calls
 	indexReads int             // ServiceIndex calls
+	nodeReads  int             // NodeIndex calls
 	fails      []error         // returned by the next applies, in order
 	block      chan struct{}   // the next Apply waits for it to close
 	onApply    func()          // runs inside every Apply (before it commits)
@@ -154,6 +155,17 @@ func (s *fakeStore) ReadService(ctx context.Context, name string) ([]consul.Regi
 		return nil, 0, err
 	}
 	return s.Client.ReadService(ctx, name)
+}
+
+func (s *fakeStore) NodeIndex(ctx context.Context, node string) (uint64, error) {
+	s.mu.Lock()
+	s.nodeReads++
+	err := s.readFault()
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return s.Client.NodeIndex(ctx, node)
 }
 
 func (s *fakeStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {

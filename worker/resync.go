@@ -50,8 +50,19 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
+	// The indexes of the nodes the entries are on, read before the
+	// entries: a write landing in between then shows as a moved index.
+	v := &verification{names: make(map[string]uint64, len(names)), nodes: map[string]uint64{}}
+	for _, node := range w.entryNodes() {
+		var index uint64
+		var err error
+		deep(func() { index, err = w.opts.Store.NodeIndex(ctx, node) })
+		if err != nil {
+			return true, fmt.Errorf("anti-entropy read: %w", err)
+		}
+		v.nodes[node] = index
+	}
 	var entries []consul.Registered
-	indexes := make(map[string]uint64, len(names))
 	for _, name := range names {
 		var got []consul.Registered
 		var index uint64
@@ -61,13 +72,59 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 			return true, fmt.Errorf("anti-entropy read: %w", err)
 		}
 		entries = append(entries, got...)
-		indexes[name] = index
+		v.names[name] = index
 	}
 	w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.foreign = ForeignOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.ownedKnown, w.adopt = true, true
-	w.verified = indexes
+	w.verified = v.complete(w.entryNodes())
 	return true, nil
+}
+
+// verification is what a read by name found, for the periodic passes
+// after it (see unchangedSince).
+type verification struct {
+	names  map[string]uint64 // Consul name -> the index its read answered
+	nodes  map[string]uint64 // node of an entry -> its index, read before
+	passes int               // passes that read nothing since
+}
+
+// fullReadEvery bounds the passes that read nothing in a row: every 12th
+// pass (an hour at the default period) reads every instance whatever the
+// indexes say, for anything they cannot show.
+const fullReadEvery = 12
+
+// complete returns v if it covers every node in nodes and every index is
+// known (Consul Enterprise's mirrored namespaces answer none), else nil.
+func (v *verification) complete(nodes []string) *verification {
+	for _, node := range nodes {
+		if _, ok := v.nodes[node]; !ok {
+			return nil
+		}
+	}
+	for _, i := range v.names {
+		if i == 0 {
+			return nil
+		}
+	}
+	return v
+}
+
+// entryNodes names the nodes of the owned and foreign entries, sorted.
+func (w *Worker) entryNodes() []string {
+	set := map[string]bool{}
+	for _, r := range w.owned {
+		set[r.Node] = true
+	}
+	for _, r := range w.foreign {
+		set[r.Node] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // forceResync makes the next flush a full anti-entropy pass: a read
@@ -77,17 +134,23 @@ func (w *Worker) forceResync() {
 }
 
 // unchangedSince reports whether a periodic pass has nothing to read: the
-// cache came from a read by name, nothing was written since, and every
-// name the worker knows is still at the index that read answered. Consul
-// raises a name's index with every write of a service or check of that
-// name by anyone, so an equal index means that no entry of ours was
-// edited, deleted or added to since (consul.TestServiceIndexMovesWithEveryWriteOfTheService).
-// It costs one request per name that returns no entry, instead of a read
-// of every instance: at 10,000 Services and the default 5-minute period,
-// 33 of these a second are the fleet's whole idle cost. A name not
-// verified, or an index that moved, means a full read.
+// cache came from a read by name, nothing was written since, every name
+// the worker knows is still at the index that read answered, and every
+// node its entries are on is still at the index read just before it.
+// Consul raises a name's index with every write of a service or check of
+// that name, and a node's with every write of a service on the node
+// (including one of ours given another name, which leaves our name's
+// index alone), by anyone (consul.TestServiceIndexMovesWithEveryWriteOfTheService,
+// consul.TestNodeIndexMovesWithARename): equal indexes mean no entry of
+// ours was edited, deleted, renamed or added to since. It costs two
+// requests that return no entry (one name, one node, for most Services)
+// instead of a read of every instance: at 10,000 Services and the default
+// 5-minute period, 67 of these a second are the fleet's idle cost. A name
+// or node not verified, an index that moved, or fullReadEvery passes in a
+// row mean a full read.
 func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
-	if !w.ownedKnown || len(w.verified) == 0 {
+	v := w.verified
+	if !w.ownedKnown || v == nil || v.passes+1 >= fullReadEvery {
 		return false, nil
 	}
 	names := map[string]bool{}
@@ -101,7 +164,7 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 		names[f.Name] = true
 	}
 	for name := range names {
-		was, ok := w.verified[name]
+		was, ok := v.names[name]
 		if !ok {
 			return false, nil
 		}
@@ -115,6 +178,22 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
+	for _, node := range w.entryNodes() {
+		was, ok := v.nodes[node]
+		if !ok {
+			return false, nil
+		}
+		var now uint64
+		var err error
+		deep(func() { now, err = w.opts.Store.NodeIndex(ctx, node) })
+		if err != nil {
+			return false, fmt.Errorf("anti-entropy check: %w", err)
+		}
+		if now != was {
+			return false, nil
+		}
+	}
+	v.passes++
 	return true, nil
 }
 

@@ -311,3 +311,28 @@ func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
 	}
 	h.converged()
 }
+
+// TestEveryTwelfthPassReadsInFull: passes that find every index unmoved
+// read nothing, but at most 11 in a row: the next reads every instance,
+// for whatever the indexes cannot show.
+func TestEveryTwelfthPassReadsInFull(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.ResyncPeriod = 5 * W
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	for pass := 1; pass <= 1+fullReadEvery; pass++ {
+		h.awaitTimer()
+		h.clk.Step(6 * W)
+		if f := h.flush(); !f.Resync || f.Wrote || f.Err != nil {
+			t.Fatalf("pass %d: %+v", pass, f)
+		}
+		want := 1 // the first pass after the write reads
+		if pass > fullReadEvery {
+			want = 2
+		}
+		if got := h.store.nameReads(); got != want {
+			t.Fatalf("after pass %d: %d reads by name, want %d", pass, got, want)
+		}
+	}
+}

@@ -26,8 +26,12 @@ type Store interface {
 	// with the name's index.
 	ReadService(ctx context.Context, name string) ([]consul.Registered, uint64, error)
 	// ServiceIndex is the index of a Consul service name: it moves with
-	// every write of a service or check of that name, by anyone.
+	// every write of a service or check of that name, by anyone (0:
+	// unknown).
 	ServiceIndex(ctx context.Context, name string) (uint64, error)
+	// NodeIndex is the index of a node: it moves with every write of a
+	// service on the node, by anyone.
+	NodeIndex(ctx context.Context, node string) (uint64, error)
 	// Acquire waits for the write budget of one transaction (high:
 	// priority); the permit goes out in Change.Permit or is released.
 	Acquire(ctx context.Context, high bool) (consul.Permit, error)
@@ -121,11 +125,10 @@ type Worker struct {
 	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	resyncTimed bool                         // ... and only the period's (see unchangedSince)
-	// verified holds, per Consul name, the index of the last read by name
-	// that found the entries as they are cached, with no write since: a
-	// periodic pass whose names are all still at those indexes has nothing
-	// to read (see unchangedSince).
-	verified    map[string]uint64
+	// verified holds the indexes of the last read by name, if nothing
+	// was written since: a periodic pass that finds them unmoved has
+	// nothing to read (see unchangedSince).
+	verified    *verification
 	desiredName string // the Consul name of the last desired state
 	resyncTimer clock.Timer
 	// reported holds the messages reported for the last look at the
@@ -337,7 +340,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.verified = nil // a read by node: no name's index
 				w.ownedKnown, w.adopt = true, true
 			}
-			w.resyncDue = false // this is the pass, every name included
+			w.resyncDue, w.resyncTimed = false, false // this is the pass, every name included
 			s.dirty = true
 		case <-w.retry:
 			if s.failures > 0 && s.dirty {
