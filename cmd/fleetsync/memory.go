@@ -85,7 +85,7 @@ func parseMemoryLimit(s string) (int64, bool) {
 // start). Once the fleet is bootstrapped and no transaction has been sent
 // for quiet, it runs one collection that returns all free memory
 // (debug.FreeOSMemory), if at least minFree is held: once per burst, since
-// a new release needs a transaction first.
+// a new release needs a transaction first, and at most once per every.
 type releaser struct {
 	clock   clock.WithTicker
 	quiet   time.Duration
@@ -94,18 +94,22 @@ type releaser struct {
 	free    func() uint64 // heap held free and not returned, in bytes
 	release func()        // debug.FreeOSMemory
 
+	every time.Duration // at most one release this often
+
 	last     atomic.Int64 // unix nanos of the last transaction (or of the bootstrap)
 	due      atomic.Bool  // a burst happened since the last release
-	wasReady bool         // run's goroutine only
+	wasReady bool         // run's goroutine only, as released
+	released time.Time
 }
 
 const (
 	releaseQuiet   = 10 * time.Second
+	releaseEvery   = 5 * time.Minute
 	releaseMinFree = 32 << 20
 )
 
 func newReleaser(ready func() bool) *releaser {
-	r := &releaser{clock: clock.RealClock{}, quiet: releaseQuiet, minFree: releaseMinFree, ready: ready,
+	r := &releaser{clock: clock.RealClock{}, quiet: releaseQuiet, every: releaseEvery, minFree: releaseMinFree, ready: ready,
 		free: heapFree, release: debug.FreeOSMemory}
 	r.due.Store(true) // the start is a burst (the bootstrap read)
 	return r
@@ -145,9 +149,17 @@ func (r *releaser) check() {
 	if r.clock.Since(time.Unix(0, r.last.Load())) < r.quiet {
 		return
 	}
+	if !r.released.IsZero() && r.clock.Since(r.released) < r.every {
+		return // a trickle of changes does not buy a full collection each
+	}
 	r.due.Store(false)
+	if r.clock.Since(time.Unix(0, r.last.Load())) < r.quiet {
+		r.due.Store(true) // a transaction came in between: not quiet yet
+		return
+	}
 	if r.free() >= r.minFree {
 		r.release()
+		r.released = r.clock.Now()
 	}
 }
 

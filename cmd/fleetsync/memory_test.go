@@ -58,12 +58,17 @@ func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
 	step(5*time.Second, 1, "5 s after a transaction")
 	r.active()
 	step(9*time.Second, 1, "9 s after the last transaction")
-	step(time.Second, 2, "10 s after it")
-	step(time.Minute, 2, "no transaction since")
+	step(time.Second, 1, "quiet, but within 5 minutes of the last release")
+	step(5*time.Minute, 2, "5 minutes after it: the burst's release")
+	step(5*time.Minute, 2, "no transaction since")
 	r.active()
 	free = 1 << 20
 	step(11*time.Second, 2, "after a burst that left 1 MiB free")
+	step(5*time.Minute, 2, "and later: that burst is done with")
 	r.active()
 	free = 100 << 20
 	step(11*time.Second, 3, "after the next burst")
+	r.active()
+	step(11*time.Second, 3, "after another burst within 5 minutes of the last release")
+	step(5*time.Minute, 4, "5 minutes after the last release")
 }
