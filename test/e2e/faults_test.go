@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -431,4 +432,52 @@ func TestDuplicateClusterIDIsRefused(t *testing.T) {
 			t.Errorf("refusal does not mention %q", s)
 		}
 	}
+}
+
+// TestRenamedInstanceIsRepaired: one of our instances re-registered in
+// place under another Consul name (same ID, same node, our mark kept)
+// leaves our name's index where it was; the periodic pass still sees it
+// through the node's index and moves the instance back.
+func TestRenamedInstanceIsRepaired(t *testing.T) {
+	e := newEnv(t)
+	names, keys := svcSet(t, e, "rn", 2, 3, 41)
+	d := e.daemon("--resync-period=2s")
+	e.waitCount(consul.Client, len(keys), 15*time.Second)
+	// Passes that read nothing come after one that read: wait for two.
+	eventually(t, 20*time.Second, "two anti-entropy passes", func() error {
+		_, body, err := d.Get(e.ctx, "/debug/workers/"+e.ns+"/"+names[0], "")
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Resyncs int `json:"antiEntropyPasses"`
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			return err
+		}
+		if st.Resyncs < 2 {
+			return fmt.Errorf("%d passes", st.Resyncs)
+		}
+		return nil
+	})
+	ins, err := fixture.Instances(consul.Client, names[0], e.node())
+	must(t, err)
+	moved := &consulapi.CatalogRegistration{Node: e.node(), Address: "127.0.0.1", SkipNodeUpdate: true,
+		Service: &consulapi.AgentService{ID: ins[0].ID, Service: "renamed-" + names[0], Address: ins[0].Address, Port: ins[0].Port, Tags: ins[0].Tags, Meta: ins[0].Meta}}
+	_, err = consul.Client.Catalog().Register(moved, nil)
+	must(t, err)
+	start := time.Now()
+	var want []string
+	for _, k := range keys[:3] {
+		want = append(want, strings.TrimPrefix(k, names[0]+"/")+"=passing")
+	}
+	e.waitInstancesWithin(names[0], strings.Join(want, ","), 15*time.Second)
+	t.Logf("FIGURES %s: the renamed instance was back under %s %s after the rename (--resync-period=2s)", t.Name(), names[0], time.Since(start).Round(time.Millisecond))
+	eventually(t, 10*time.Second, "the renamed entry gone", func() error {
+		got, _, err := consul.Client.Health().Service("renamed-"+names[0], "", false, nil)
+		if err != nil || len(got) != 0 {
+			return fmt.Errorf("%d entries under the other name (%v)", len(got), err)
+		}
+		return nil
+	})
 }
