@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -163,37 +164,34 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 	for _, f := range w.foreign {
 		names[f.Name] = true
 	}
-	for name := range names {
-		was, ok := v.names[name]
-		if !ok {
-			return false, nil
-		}
-		var now uint64
-		var err error
-		deep(func() { now, err = w.opts.Store.ServiceIndex(ctx, name) })
-		if err != nil {
-			return false, fmt.Errorf("anti-entropy check: %w", err)
-		}
-		if now != was {
-			return false, nil
-		}
+	if same, err := unmoved(ctx, v.names, slices.Collect(maps.Keys(names)), w.opts.Store.ServiceIndex); !same || err != nil {
+		return false, err
 	}
-	for _, node := range w.entryNodes() {
-		was, ok := v.nodes[node]
-		if !ok {
-			return false, nil
-		}
-		var now uint64
-		var err error
-		deep(func() { now, err = w.opts.Store.NodeIndex(ctx, node) })
-		if err != nil {
-			return false, fmt.Errorf("anti-entropy check: %w", err)
-		}
-		if now != was {
-			return false, nil
-		}
+	if same, err := unmoved(ctx, v.nodes, w.entryNodes(), w.opts.Store.NodeIndex); !same || err != nil {
+		return false, err
 	}
 	v.passes++
+	return true, nil
+}
+
+// unmoved reports whether index(k) is still was[k] for every k in keys (a
+// key not in was: no).
+func unmoved(ctx context.Context, was map[string]uint64, keys []string, index func(context.Context, string) (uint64, error)) (bool, error) {
+	for _, k := range keys {
+		want, ok := was[k]
+		if !ok {
+			return false, nil
+		}
+		var now uint64
+		var err error
+		deep(func() { now, err = index(ctx, k) })
+		if err != nil {
+			return false, fmt.Errorf("anti-entropy check: %w", err)
+		}
+		if now != want {
+			return false, nil
+		}
+	}
 	return true, nil
 }
 

@@ -188,6 +188,20 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 	return time.Since(start), len(txns), err
 }
 
+// snapshotOf reads back what cold start r left in Consul (names starting
+// with prefix) for the limit, and checks that it is all there.
+func (b *bench) snapshotOf(label, prefix string, r coldResult) (catalogSnapshot, error) {
+	s, err := b.snapshotCatalog(prefix)
+	if err != nil {
+		return s, err
+	}
+	if s.instances != r.services*r.endpoints {
+		return s, fmt.Errorf("snapshot of %s: %d instances, not %d", label, s.instances, r.services*r.endpoints)
+	}
+	s.label, s.prefix, s.cold = label, prefix, r
+	return s, nil
+}
+
 // limitAfter measures Consul's limit for what the cold start r left in
 // Consul, right after it (so both see the same machine): the cold start's
 // instances are read back, the daemon is stopped, a fresh Consul gets the
@@ -200,14 +214,10 @@ func (b *bench) limitAfter(label, prefix string, r coldResult, name string, name
 	if !b.opts.has("limit") {
 		return nil
 	}
-	s, err := b.snapshotCatalog(prefix)
+	s, err := b.snapshotOf(label, prefix, r)
 	if err != nil {
 		return err
 	}
-	if s.instances != r.services*r.endpoints {
-		return fmt.Errorf("snapshot of %s: %d instances, not %d", label, s.instances, r.services*r.endpoints)
-	}
-	s.label, s.prefix, s.cold = label, prefix, r
 	b.stopDaemon()
 	b.logf("limit: %s, the same %d instances on the same %d nodes into a fresh Consul", label, s.instances, len(s.nodes))
 	if err := b.limitOf(s); err != nil {

@@ -217,15 +217,10 @@ func (b *bench) killReplica(set *replicaSet, label string, shards int) error {
 // limitOfReplicas measures Consul's limit for the instances the replicas
 // wrote, as limitAfter does for one daemon.
 func (b *bench) limitOfReplicas(label string, n, e int, toAll time.Duration) error {
-	s, err := b.snapshotCatalog(svcPrefix)
+	s, err := b.snapshotOf(label, svcPrefix, coldResult{services: n, endpoints: e, toAll: toAll})
 	if err != nil {
 		return err
 	}
-	if s.instances != n*e {
-		return fmt.Errorf("snapshot of %s: %d instances, not %d", label, s.instances, n*e)
-	}
-	s.label, s.prefix = label, svcPrefix
-	s.cold = coldResult{services: n, endpoints: e, toAll: toAll}
 	b.logf("limit: %s, the same %d instances on the same %d nodes into a fresh Consul", label, s.instances, len(s.nodes))
 	return b.limitOf(s)
 }
