@@ -10,6 +10,8 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
 )
 
 // limitInflight is how many transactions the limit writer keeps in flight:
@@ -188,6 +190,24 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 	return time.Since(start), len(txns), err
 }
 
+// writesOnceReady waits until every daemon is ready and Consul is quiet,
+// and returns the writes since base.
+func (b *bench) writesOnceReady(base consulWrites, ds ...*fixture.Daemon) (consulWrites, error) {
+	for _, d := range ds {
+		if _, err := waitReady(b.ctx, d, 10*time.Minute); err != nil {
+			return consulWrites{}, err
+		}
+	}
+	if _, err := b.quietApplies(5 * time.Second); err != nil {
+		return consulWrites{}, err
+	}
+	after, err := b.consulWrites()
+	if err != nil {
+		return consulWrites{}, err
+	}
+	return after.minus(base), nil
+}
+
 // snapshotOf reads back what cold start r left in Consul (names starting
 // with prefix) for the limit, and checks that it is all there.
 func (b *bench) snapshotOf(label, prefix string, r coldResult) (catalogSnapshot, error) {
@@ -235,17 +255,11 @@ func (b *bench) limitAfter(label, prefix string, r coldResult, name string, name
 	if err != nil {
 		return err
 	}
-	if _, err := waitReady(b.ctx, d, 10*time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.quietApplies(5 * time.Second); err != nil {
-		return err
-	}
-	after, err := b.consulWrites()
+	w, err := b.writesOnceReady(base, d)
 	if err != nil {
 		return err
 	}
-	b.res.add("limit", label+": fleetsync started over the limit's entries: catalog writes", after.minus(base).txn, "transactions",
+	b.res.add("limit", label+": fleetsync started over the limit's entries: catalog writes", w.txn, "transactions",
 		"target 0: the limit wrote exactly what fleetsync writes")
 	b.converged = true
 	return nil

@@ -190,19 +190,10 @@ func (b *bench) killReplica(set *replicaSet, label string, shards int) error {
 	}
 	takeover := time.Since(killed)
 	// Ready again: every survivor's workers started over the owned state.
-	for _, d := range survivors {
-		if _, err := waitReady(b.ctx, d, 5*time.Minute); err != nil {
-			return err
-		}
-	}
-	if _, err := b.quietApplies(5 * time.Second); err != nil {
-		return err
-	}
-	after, err := b.consulWrites()
+	w, err := b.writesOnceReady(base, survivors...)
 	if err != nil {
 		return err
 	}
-	w := after.minus(base)
 	_, total, err := b.nodeState(svcPrefix)
 	if err != nil {
 		return err
