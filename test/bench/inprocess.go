@@ -166,7 +166,12 @@ func (b *bench) inprocess() error {
 		// Wired as cmd/fleetsync wires the daemon, with its defaults.
 		reg := prometheus.NewRegistry()
 		metrics := supervisor.NewMetrics(reg, supervisor.PerWorker{All: true})
-		store := consul.NewClient(capi, cluster, consul.Options{Budget: budget, Observe: metrics.ObserveTxn, ObserveWait: metrics.ObserveWait})
+		// The fleets share one address, as one daemon's reads do: their
+		// read bounds together stay under Consul's 200 connections per
+		// client (100 fleets of the default 32 got 429s once the
+		// anti-entropy passes read node indexes too).
+		store := consul.NewClient(capi, cluster, consul.Options{Budget: budget, Observe: metrics.ObserveTxn, ObserveWait: metrics.ObserveWait,
+			MaxReads: max(1, 100/shards)})
 		sups[i] = supervisor.New(supervisor.Options{
 			Selector: supervisor.Selector{Allow: []string{"*"}, Deny: []string{"kube-system"}},
 			Worker: worker.Config{Cluster: cluster, DefaultWindow: time.Second, K8sTag: "k8s",
