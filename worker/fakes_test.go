@@ -135,45 +135,37 @@ func (s *fakeStore) readFault() error {
 	return nil
 }
 
-func (s *fakeStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
+// read counts one read in *n and returns the read fault due, if any.
+func (s *fakeStore) read(n *int) error {
 	s.mu.Lock()
-	s.reads++
-	err := s.readFault()
-	s.mu.Unlock()
-	if err != nil {
+	defer s.mu.Unlock()
+	*n++
+	return s.readFault()
+}
+
+func (s *fakeStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
+	if err := s.read(&s.reads); err != nil {
 		return nil, err
 	}
 	return s.Client.ReadPrefix(ctx, prefix)
 }
 
 func (s *fakeStore) ReadService(ctx context.Context, name string) ([]consul.Registered, uint64, error) {
-	s.mu.Lock()
-	s.byName++
-	err := s.readFault()
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.read(&s.byName); err != nil {
 		return nil, 0, err
 	}
 	return s.Client.ReadService(ctx, name)
 }
 
 func (s *fakeStore) NodeIndex(ctx context.Context, node string) (uint64, error) {
-	s.mu.Lock()
-	s.nodeReads++
-	err := s.readFault()
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.read(&s.nodeReads); err != nil {
 		return 0, err
 	}
 	return s.Client.NodeIndex(ctx, node)
 }
 
 func (s *fakeStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {
-	s.mu.Lock()
-	s.indexReads++
-	err := s.readFault()
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.read(&s.indexReads); err != nil {
 		return 0, err
 	}
 	return s.Client.ServiceIndex(ctx, name)

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -120,12 +119,7 @@ func (w *Worker) entryNodes() []string {
 	for _, r := range w.foreign {
 		set[r.Node] = true
 	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // forceResync makes the next flush a full anti-entropy pass: a read
@@ -205,10 +199,5 @@ func (w *Worker) knownNames() []string {
 			set[spec.Name] = true
 		}
 	}
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(set))
 }
