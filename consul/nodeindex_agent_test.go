@@ -122,3 +122,37 @@ func TestNodeIndexMovesWithARename(t *testing.T) {
 		t.Errorf("the node's index stayed at %d (was %d) after one of its services was renamed", node1, node0)
 	}
 }
+
+// TestACheckOnAnotherServiceIsNotOurs: our check's ID registered on
+// another service (someone else's) is not read as our instance's check,
+// by the node read or the read by name: the instance reads as having none.
+func TestACheckOnAnotherServiceIsNotOurs(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "movedcheck"}
+	c := NewClient(a.Client, owner, Options{})
+	ins := []Instance{owner.instance(2, "web"), owner.instance(4, "api")}
+	if _, err := c.Apply(ctx, Change{Register: ins}); err != nil {
+		t.Fatal(err)
+	}
+	node := owner.Node().Name
+	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1", SkipNodeUpdate: true,
+		Check: &api.AgentCheck{Node: node, CheckID: CheckID(ins[0].ID), Name: "moved", Status: api.HealthPassing, ServiceID: ins[1].ID}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	byNode, err := c.ReadNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName, _, err := c.ReadService(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for how, got := range map[string][]Registered{"node read": byNode, "read by name": byName} {
+		for _, r := range got {
+			if r.ID == ins[0].ID && r.HasCheck {
+				t.Errorf("%s: %s has a check (%+v), but its check ID is on %s", how, r.ID, r.Check, ins[1].ID)
+			}
+		}
+	}
+}
