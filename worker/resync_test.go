@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -333,6 +334,41 @@ func TestEveryTwelfthPassReadsInFull(t *testing.T) {
 		}
 		if got := h.store.nameReads(); got != want {
 			t.Fatalf("after pass %d: %d reads by name, want %d", pass, got, want)
+		}
+	}
+}
+
+// zeroIndexStore answers reads by name and index requests with index 0
+// (unknown), as the consul client does in Consul Enterprise scopes.
+type zeroIndexStore struct{ *fakeStore }
+
+func (s zeroIndexStore) ReadService(ctx context.Context, name string) ([]consul.Registered, uint64, error) {
+	got, _, err := s.fakeStore.ReadService(ctx, name)
+	return got, 0, err
+}
+
+func (s zeroIndexStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {
+	_, err := s.fakeStore.ServiceIndex(ctx, name)
+	return 0, err
+}
+
+// TestUnknownIndexesMeanEveryPassReads: with no index to trust, no
+// periodic pass skips its read.
+func TestUnknownIndexesMeanEveryPassReads(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.ResyncPeriod = 5 * W
+		o.Store = zeroIndexStore{h.store}
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	for pass := 1; pass <= 3; pass++ {
+		h.awaitTimer()
+		h.clk.Step(6 * W)
+		if f := h.flush(); !f.Resync || f.Err != nil {
+			t.Fatalf("pass %d: %+v", pass, f)
+		}
+		if got := h.store.nameReads(); got != pass {
+			t.Fatalf("after pass %d: %d reads by name, want %d", pass, got, pass)
 		}
 	}
 }
