@@ -102,6 +102,9 @@ type Options struct {
 	// Scope is the namespace and partition of every op and read
 	// (Consul Enterprise; the zero Scope is Consul OSS's).
 	Scope Scope
+	// MarksMaxAge is how long one read of the catalog marks is shared
+	// (see CatalogMarks; default MarksMaxAge); negative: every call reads.
+	MarksMaxAge time.Duration
 }
 
 // Guard makes every transaction conditional on something outside the
@@ -129,6 +132,8 @@ type Client struct {
 	// unsure is set when a transaction got no answer, cleared when one
 	// commits: until then each transaction re-checks the guard first.
 	unsure atomic.Bool
+	marks  marksCache
+	now    func() time.Time
 }
 
 type guardHolder struct{ g Guard }
@@ -190,7 +195,11 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
-	c := &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads))}
+	if opts.MarksMaxAge == 0 {
+		opts.MarksMaxAge = MarksMaxAge
+	}
+	c := &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads)),
+		marks: marksCache{slot: make(chan struct{}, 1)}, now: time.Now}
 	c.SetGuard(opts.Guard)
 	return c
 }

@@ -44,6 +44,7 @@ type fakeStore struct {
 	byName     int             // ReadService calls
 	indexReads int             // ServiceIndex calls
 	nodeReads  int             // NodeIndex calls
+	marksReads int             // CatalogMarks calls
 	fails      []error         // returned by the next applies, in order
 	block      chan struct{}   // the next Apply waits for it to close
 	onApply    func()          // runs inside every Apply (before it commits)
@@ -57,7 +58,9 @@ type fakeStore struct {
 func newFakeStore(t testing.TB, cluster ownership.Cluster) *fakeStore {
 	twin := consultest.New(t)
 	return &fakeStore{
-		Client:  consul.NewClient(twin.Client(), cluster, consul.Options{}),
+		// The marks are read on every call: the harness's clock is fake,
+		// the sharing's is not (consul.TestCatalogMarksAreSharedForMaxAge).
+		Client:  consul.NewClient(twin.Client(), cluster, consul.Options{MarksMaxAge: -1}),
 		twin:    twin,
 		setup:   consul.NewClient(twin.Client(), cluster, consul.Options{}),
 		other:   twin.Client(),
@@ -162,6 +165,13 @@ func (s *fakeStore) NodeIndex(ctx context.Context, node string) (uint64, error) 
 		return 0, err
 	}
 	return s.Client.NodeIndex(ctx, node)
+}
+
+func (s *fakeStore) CatalogMarks(ctx context.Context) (consul.CatalogMarks, error) {
+	if err := s.read(&s.marksReads); err != nil {
+		return consul.CatalogMarks{}, err
+	}
+	return s.Client.CatalogMarks(ctx)
 }
 
 func (s *fakeStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {

@@ -50,9 +50,15 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	// The indexes of the nodes the entries are on, read before the
-	// entries: a write landing in between then shows as a moved index.
+	// The catalog's marks and the indexes of the nodes the entries are
+	// on, read before the entries: a write landing in between then shows
+	// as a moved index.
 	v := &verification{names: make(map[string]uint64, len(names)), nodes: map[string]uint64{}}
+	var err error
+	deep(func() { v.marks, err = w.opts.Store.CatalogMarks(ctx) })
+	if err != nil {
+		return true, fmt.Errorf("anti-entropy read: %w", err)
+	}
 	for _, node := range w.entryNodes() {
 		var index uint64
 		var err error
@@ -84,6 +90,10 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 // verification is what a read by name found, for the periodic passes
 // after it (see unchangedSince).
 type verification struct {
+	// marks are the catalog's, read before the names and nodes (or at a
+	// later pass that found those unmoved): the same marks now mean the
+	// whole catalog is as it was then.
+	marks  consul.CatalogMarks
 	names  map[string]uint64 // Consul name -> the index its read answered
 	nodes  map[string]uint64 // node of an entry -> its index, read before
 	passes int               // passes that read nothing since
@@ -129,24 +139,38 @@ func (w *Worker) forceResync() {
 }
 
 // unchangedSince reports whether a periodic pass has nothing to read: the
-// cache came from a read by name, nothing was written since, every name
-// the worker knows is still at the index that read answered, and every
-// node its entries are on is still at the index read just before it.
+// cache came from a read by name, nothing was written since, and either
+// the catalog's marks are where they were when the read began (nothing in
+// the whole catalog moved: no request of the worker's own, the marks'
+// read being shared by the fleet), or every name the worker knows is
+// still at the index that read answered and every node its entries are on
+// at the index read just before it (then the marks read before these
+// checks become the ones the next pass compares with).
 // Consul raises a name's index with every write of a service or check of
 // that name, and a node's with every write of a service on the node
 // (including one of ours given another name, which leaves our name's
 // index alone), by anyone (consul.TestServiceIndexMovesWithEveryWriteOfTheService,
 // consul.TestNodeIndexMovesWithARename): equal indexes mean no entry of
-// ours was edited, deleted, renamed or added to since. It costs two
-// requests that return no entry (one name, one node, for most Services)
-// instead of a read of every instance: at 10,000 Services and the default
-// 5-minute period, 67 of these a second are the fleet's idle cost. A name
+// ours was edited, deleted, renamed or added to since. In a quiet catalog
+// a pass costs nothing; after a write anywhere in it, each worker's next
+// pass costs two requests that return no entry (one name, one node, for
+// most Services) instead of a read of every instance. A name
 // or node not verified, an index that moved, or fullReadEvery passes in a
 // row mean a full read.
 func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 	v := w.verified
 	if !w.ownedKnown || v == nil || v.passes+1 >= fullReadEvery {
 		return false, nil
+	}
+	var marks consul.CatalogMarks
+	var err error
+	deep(func() { marks, err = w.opts.Store.CatalogMarks(ctx) })
+	if err != nil {
+		return false, fmt.Errorf("anti-entropy check: %w", err)
+	}
+	if marks.Known() && marks == v.marks {
+		v.passes++ // nothing in the catalog moved: no request of our own
+		return true, nil
 	}
 	names := map[string]bool{}
 	for _, r := range w.owned {
@@ -164,6 +188,10 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 	if same, err := unmoved(ctx, v.nodes, w.entryNodes(), w.opts.Store.NodeIndex); !same || err != nil {
 		return false, err
 	}
+	// Our names and nodes did not move since the read, up to after the
+	// marks were read: what the read found was still there when they
+	// were, so the next pass may compare with these.
+	v.marks = marks
 	v.passes++
 	return true, nil
 }

@@ -255,9 +255,10 @@ func TestRetryEndsTheBackoff(t *testing.T) {
 
 // TestPeriodicPassReadsOnlyWhatChanged: once a pass has read the Service's
 // entries by name, a periodic pass over an unchanged catalog asks only for
-// the name's index (no read of the instances, no diff, no write); an entry
-// edited or deleted behind the worker's back moves the index, and that pass
-// reads and repairs. Resync always reads.
+// the catalog's marks (shared by the fleet: no index read, no read of the
+// instances, no diff, no write); an entry edited or deleted behind the
+// worker's back moves the marks and the name's index, and that pass reads
+// and repairs. Resync always reads.
 func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
 	h := newHarness(t, newSvc([]k8s.Endpoint{epA, epB}), func(h *harness, o *Options) {
 		o.ResyncPeriod = 5 * W
@@ -282,25 +283,25 @@ func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
 	}
 	pass("the first pass after a write", 1, 0, false)
 	lookups := h.k8s.lookups()
-	pass("a pass over an unchanged catalog", 1, 1, false)
+	pass("a pass over an unchanged catalog", 1, 0, false)
 	if n := h.k8s.lookups() - lookups; n != 0 {
 		t.Errorf("a pass over an unchanged catalog looked the Service up %d times, want 0", n)
 	}
 	if st := h.w.Status(); st.Desired != 2 || st.Registered != 2 || st.State != StateIdle {
 		t.Errorf("status after a pass that read nothing: desired %d registered %d state %s, want what the last look found (2, 2, idle)", st.Desired, st.Registered, st.State)
 	}
-	pass("another", 1, 2, false)
+	pass("another", 1, 0, false)
 
 	ids := h.store.instances()
 	h.store.setCheck(ids[1].ID, api.HealthCritical) // a check only: the node's own index would not move
-	pass("a pass after a check was tampered with", 2, 3, true)
+	pass("a pass after a check was tampered with", 2, 1, true)
 	wantChange(t, h.apply(), "~10.0.0.2:8080[k8s east]")
-	pass("the pass after the repair reads (the write moved the index)", 3, 3, false)
+	pass("the pass after the repair reads (the write moved the index)", 3, 1, false)
 	h.store.remove(ids[0].ID)
-	pass("a pass after a delete", 4, 4, true)
+	pass("a pass after a delete", 4, 2, true)
 	wantChange(t, h.apply(), "+10.0.0.1:8080")
 
-	pass("the pass after the repair", 5, 4, false)
+	pass("the pass after the repair", 5, 2, false)
 	h.w.Resync()
 	h.awaitTimer()
 	h.clk.Step(W)
@@ -336,6 +337,40 @@ func TestEveryTwelfthPassReadsInFull(t *testing.T) {
 			t.Fatalf("after pass %d: %d reads by name, want %d", pass, got, want)
 		}
 	}
+}
+
+// TestAWriteElsewhereCostsOnePassOfIndexReads: a write anywhere else in the
+// catalog moves the marks; the next pass then asks for the name's and the
+// node's index, finds them unmoved and reads nothing, and takes the marks
+// it read as the new reference, so the pass after costs no request again.
+func TestAWriteElsewhereCostsOnePassOfIndexReads(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.ResyncPeriod = 5 * W
+	})
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	pass := func(what string, wantIndexReads int) {
+		t.Helper()
+		h.awaitTimer()
+		h.clk.Step(6 * W)
+		if f := h.flush(); !f.Resync || f.Err != nil || f.Wrote {
+			t.Fatalf("%s: %+v", what, f)
+		}
+		if got := h.store.nameReads(); got != 1 {
+			t.Errorf("%s: %d reads by name in all, want 1 (the first pass's)", what, got)
+		}
+		if got := h.store.indexCalls(); got != wantIndexReads {
+			t.Errorf("%s: %d name index reads in all, want %d", what, got, wantIndexReads)
+		}
+	}
+	pass("the first pass after the write", 0) // reads by name
+	pass("a pass over a quiet catalog", 0)
+	if _, err := h.store.other.Catalog().Register(&api.CatalogRegistration{Node: "elsewhere", Address: "10.1.1.1",
+		Service: &api.AgentService{ID: "theirs", Service: "theirs", Port: 80}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pass("the pass after a write elsewhere", 1)
+	pass("the pass after that", 1)
 }
 
 // zeroIndexStore answers reads by name and index requests with index 0

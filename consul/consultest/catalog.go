@@ -91,7 +91,7 @@ func (s *Server) serveHealthService(w http.ResponseWriter, r *http.Request, name
 			out = append(out, e)
 		}
 	}
-	writeJSON(w, s.max("nodes", "services", "checks"), out)
+	writeJSON(w, s.serviceIndex(name), out)
 }
 
 func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
@@ -144,4 +144,19 @@ func (s *Server) serveDeregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 0, "true")
+}
+
+// serviceIndex is a name's own index (raised by every write of a service or
+// check of that name, and of the node one is on), or, with no instance of
+// the name anywhere, the last time a name lost its last instance (Consul's
+// maxIndexAndWatchChForService).
+func (s *Server) serviceIndex(name string) uint64 {
+	for _, n := range s.nodes {
+		for _, svc := range n.services {
+			if svc.Service == name {
+				return s.max("service." + name)
+			}
+		}
+	}
+	return s.max("service_last_extinction")
 }

@@ -120,7 +120,68 @@ func move(before, after uint64) string {
 	return "dropped"
 }
 
+// indexMoves names the indexes a write moved, of: web's and api's own
+// (health/service), node's (its services' reads), the nodes table's and
+// the checks table's (catalog-wide, consul.CatalogMarks).
+func indexMoves(c *api.Client, node string, write func()) string {
+	read := func() []uint64 {
+		var out []uint64
+		for _, name := range []string{"web", "api"} {
+			_, meta, _ := c.Health().Service(name, "", false, &api.QueryOptions{Filter: `Service.ID == "" and Service.ID != ""`})
+			out = append(out, meta.LastIndex)
+		}
+		_, meta, _ := c.Catalog().Nodes(&api.QueryOptions{NodeMeta: map[string]string{"probe": "none"}})
+		nodes := meta.LastIndex
+		_, meta, _ = c.Health().Node("probe", &api.QueryOptions{Filter: `CheckID == "" and CheckID != ""`})
+		return append(out, nodeIndex(c, node), nodes, meta.LastIndex)
+	}
+	before := read()
+	write()
+	after := read()
+	var moved []string
+	for i, name := range []string{"web", "api", "node", "nodes", "checks"} {
+		if after[i] != before[i] {
+			moved = append(moved, name)
+		}
+	}
+	return strings.Join(moved, " ")
+}
+
 var scripts = []script{
+	{
+		name: "which indexes a write moves",
+		run: func(c *api.Client, node string) []string {
+			apiOp := &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: api.AgentService{ID: "x", Service: "api", Port: 90}}}
+			var out []string
+			for _, w := range []func(){
+				func() {
+					send(c, nodeOp(api.NodeSet, node, "10.0.0.1", nil, 0), svcOp(api.ServiceSet, node, "a", 80, 0), apiOp)
+				},
+				func() { send(c, svcOp(api.ServiceSet, node, "a", 81, 0)) },
+				func() { send(c, checkOp(api.CheckSet, node, "a", api.HealthPassing, 0)) },
+				func() { send(c, checkOp(api.CheckSet, node, "a", api.HealthCritical, 0)) },
+				func() {
+					send(c, &api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckDelete, Check: api.HealthCheck{Node: node, CheckID: "c-a"}}})
+				},
+				func() { send(c, nodeOp(api.NodeSet, node, "10.0.0.2", nil, 0)) },
+				func() { send(c, svcOp(api.ServiceDelete, node, "a", 0, 0)) },
+				func() { _, _ = c.KV().Put(&api.KVPair{Key: node + "/k", Value: []byte("x")}, nil) },
+			} {
+				out = append(out, indexMoves(c, node, w))
+			}
+			return out
+		},
+		want: []string{
+			"web api node nodes",    // a new node with a web and an api instance
+			"web node nodes",        // the web instance edited
+			"web checks",            // its check added
+			"web checks",            // its check's status changed
+			"web checks",            // its check deleted
+			"web api node nodes",    // the node's address changed
+			"web node nodes checks", // the web instance deleted (checks too, though it had none)
+			"",                      // a KV write
+		},
+	},
 	{
 		name: "a txn is all or nothing",
 		run: func(c *api.Client, node string) []string {

@@ -20,13 +20,12 @@
 //     services and checks, deleting a service its checks.
 //
 //   - Indexes only grow: per table (nodes, services, checks, kvs and
-//     tombstones) and per node (a node's own writes and its services'); a
-//     read answers X-Consul-Index like Consul (a missing node: the last node
-//     deletion; a missing KV key: the whole KV table; never 0). One
-//     difference: /v1/health/service/:name answers the highest index of the
-//     tables, where Consul answers the name's own index (raised by every
-//     write of a service or check of that name): it moves more often here,
-//     so a reader that skips work while it stands still skips less.
+//     tombstones) and per node (a node's own writes and its services'); as
+//     in Consul, a service write or delete raises the nodes table's index
+//     too, and a check's only the checks table's; a read answers X-Consul-Index like Consul (a missing node: the last node
+//     deletion; a missing KV key: the whole KV table; never 0), and
+//     /v1/health/service/:name the name's own index (raised by every
+//     write of a service or check of that name, or of a node one is on).
 //
 //   - Reads honour ?filter= (go-bexpr, Consul's filter engine) and
 //     ?node-meta=; KV get, put (with ?cas=) and delete (with ?cas=: a

@@ -105,6 +105,7 @@ func (t *txn) ensureNode(in api.Node) {
 		t.nodes[in.Node] = &node{Node: rec, services: map[string]*api.AgentService{}, checks: map[string]*api.HealthCheck{}}
 	}
 	t.bump("nodes", "node."+in.Node)
+	t.bumpNames(t.nodes[in.Node]) // node data is part of health reads
 }
 
 func sameNode(a, b *api.Node) bool {
@@ -123,6 +124,7 @@ func (t *txn) deleteNode(name string) {
 	}
 	if len(n.services) > 0 {
 		t.bump("services")
+		t.bumpNames(n)
 	}
 	if len(n.checks) > 0 {
 		t.bump("checks")
@@ -210,7 +212,10 @@ func (t *txn) ensureService(nodeName string, in api.AgentService) error {
 		rec.CreateIndex, rec.ModifyIndex = t.idx, t.idx
 	}
 	n.services[in.ID] = rec
-	t.bump("services", "node."+nodeName)
+	t.bump("service." + rec.Service) // the new name's only, as Consul (a rename leaves the old name's)
+	// Consul raises the nodes table's index with every service write too
+	// (catalogInsertService: the services are part of node reads).
+	t.bump("services", "nodes", "node."+nodeName)
 	return nil
 }
 
@@ -226,6 +231,7 @@ func (t *txn) deleteService(nodeName, id string) {
 	if n == nil || n.services[id] == nil {
 		return
 	}
+	t.bump("service." + n.services[id].Service)
 	delete(n.services, id)
 	for cid, hc := range n.checks {
 		if hc.ServiceID == id {
@@ -233,7 +239,9 @@ func (t *txn) deleteService(nodeName, id string) {
 			t.bump("checks")
 		}
 	}
-	t.bump("services", "node."+nodeName, "service_last_extinction")
+	// Consul raises the checks table's index with every service delete,
+	// checks or none (deleteServiceTxn).
+	t.bump("services", "nodes", "checks", "node."+nodeName, "service_last_extinction")
 }
 
 func (t *txn) checkOp(op *api.CheckTxnOp) (*api.TxnResult, error) {
@@ -312,7 +320,27 @@ func (t *txn) ensureCheck(in api.HealthCheck) error {
 	}
 	n.checks[in.CheckID] = rec
 	t.bump("checks")
+	t.bumpCheckNames(n, rec)
 	return nil
+}
+
+// bumpCheckNames raises the index of the name a check's service has, or of
+// every name on the node for a node check (Consul's ensureCheckTxn).
+func (t *txn) bumpCheckNames(n *node, hc *api.HealthCheck) {
+	if hc.ServiceID == "" {
+		t.bumpNames(n)
+		return
+	}
+	if svc := n.services[hc.ServiceID]; svc != nil {
+		t.bump("service." + svc.Service)
+	}
+}
+
+// bumpNames raises the index of every service name on the node.
+func (t *txn) bumpNames(n *node) {
+	for _, svc := range n.services {
+		t.bump("service." + svc.Service)
+	}
 }
 
 func sameCheck(a, b *api.HealthCheck) bool {
@@ -326,6 +354,7 @@ func (t *txn) deleteCheck(nodeName, id string) {
 	if n == nil || n.checks[id] == nil {
 		return
 	}
+	t.bumpCheckNames(n, n.checks[id])
 	delete(n.checks, id)
 	t.bump("checks")
 }
