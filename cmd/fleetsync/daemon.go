@@ -64,7 +64,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
 	metrics := supervisor.NewMetrics(reg, perWorker)
 	var sup *supervisor.Supervisor
-	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() })
+	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() }, mem.GCPercent)
 	store := conn.NewClient(cluster, consul.Options{
 		Budget: consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
 		Observe: func(ops int, seconds float64, err error) {

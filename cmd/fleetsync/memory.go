@@ -7,6 +7,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,7 +79,10 @@ func parseMemoryLimit(s string) (int64, bool) {
 	return n, true
 }
 
-// releaser gives back to the system the memory a burst of work left free:
+// releaser gives back to the system the memory a burst of work left free,
+// and holds less while the fleet is quiet.
+//
+// Release: 
 // a cold start or a restart decodes the whole fleet's state, and the Go
 // runtime returns the heap that is no longer needed only gradually (at
 // 10,000 Services x 10, 70 MiB was still held, unused, minutes after the
@@ -86,6 +90,14 @@ func parseMemoryLimit(s string) (int64, bool) {
 // for quiet, it runs one collection that returns all free memory
 // (debug.FreeOSMemory), if at least minFree is held: once per burst, since
 // a new release needs a transaction first, and at most once per every.
+//
+// Quiet GC target: once no transaction has been sent for quiet, the GC
+// target drops from gcBusy (the daemon's 50 %) to quietGCPercent, and the
+// next transaction puts it back. A quiet fleet allocates little (a pass
+// over a quiet catalog sends no request), so collecting more often costs
+// little CPU, and the heap held above the live one shrinks from half of it
+// to a tenth: at 10,000 Services x 10 the live heap is ~190 MiB. Left
+// alone when the operator set GOGC (gcBusy < 0).
 type releaser struct {
 	clock   clock.WithTicker
 	quiet   time.Duration
@@ -96,6 +108,11 @@ type releaser struct {
 
 	every time.Duration // at most one release this often
 
+	gcBusy  int       // the GC target while writing; < 0: the operator's, never changed
+	setGC   func(int) // debug.SetGCPercent
+	gcMu    sync.Mutex
+	quietGC atomic.Bool // the quiet GC target is set
+
 	last     atomic.Int64 // unix nanos of the last transaction (or of the bootstrap)
 	due      atomic.Bool  // a burst happened since the last release
 	wasReady bool         // run's goroutine only, as released
@@ -103,14 +120,17 @@ type releaser struct {
 }
 
 const (
+	quietGCPercent = 10
 	releaseQuiet   = 10 * time.Second
 	releaseEvery   = 5 * time.Minute
 	releaseMinFree = 32 << 20
 )
 
-func newReleaser(ready func() bool) *releaser {
+// newReleaser returns a releaser; gcBusy is the GC target the daemon set
+// (memoryTuning.GCPercent: < 0 when the operator set GOGC).
+func newReleaser(ready func() bool, gcBusy int) *releaser {
 	r := &releaser{clock: clock.RealClock{}, quiet: releaseQuiet, every: releaseEvery, minFree: releaseMinFree, ready: ready,
-		free: heapFree, release: debug.FreeOSMemory}
+		free: heapFree, release: debug.FreeOSMemory, gcBusy: gcBusy, setGC: func(p int) { debug.SetGCPercent(p) }}
 	r.due.Store(true) // the start is a burst (the bootstrap read)
 	return r
 }
@@ -119,6 +139,27 @@ func newReleaser(ready func() bool) *releaser {
 func (r *releaser) active() {
 	r.last.Store(r.clock.Now().UnixNano())
 	r.due.Store(true)
+	if r.quietGC.Load() {
+		r.gcMu.Lock()
+		if r.quietGC.Load() {
+			r.setGC(r.gcBusy)
+			r.quietGC.Store(false)
+		}
+		r.gcMu.Unlock()
+	}
+}
+
+// quietDown sets the quiet GC target if no transaction came for quiet.
+func (r *releaser) quietDown() {
+	if r.gcBusy < 0 || r.quietGC.Load() {
+		return
+	}
+	r.gcMu.Lock()
+	defer r.gcMu.Unlock()
+	if r.clock.Since(time.Unix(0, r.last.Load())) >= r.quiet {
+		r.setGC(quietGCPercent)
+		r.quietGC.Store(true)
+	}
 }
 
 // run checks every quiet/2 until ctx is done.
@@ -136,7 +177,13 @@ func (r *releaser) run(ctx context.Context) {
 }
 
 func (r *releaser) check() {
-	if !r.due.Load() || !r.ready() {
+	if !r.ready() {
+		return
+	}
+	if r.wasReady {
+		r.quietDown() // before a release: its collection then keeps less
+	}
+	if !r.due.Load() {
 		return
 	}
 	if !r.wasReady {

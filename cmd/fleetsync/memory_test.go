@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestPlanMemory(t *testing.T) {
 func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	ready, free, released := false, uint64(100<<20), 0
-	r := newReleaser(func() bool { return ready })
+	r := newReleaser(func() bool { return ready }, -1)
 	r.clock, r.free, r.release = clk, func() uint64 { return free }, func() { released++ }
 	step := func(d time.Duration, want int, what string) {
 		t.Helper()
@@ -71,4 +72,42 @@ func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
 	r.active()
 	step(11*time.Second, 3, "after another burst within 5 minutes of the last release")
 	step(5*time.Minute, 4, "5 minutes after the last release")
+}
+
+// TestQuietFleetHoldsLessHeap: once the fleet is bootstrapped and no
+// transaction has been sent for 10 s, the GC target drops to 10 %; the
+// next transaction puts the daemon's back, and the next quiet spell drops
+// it again. With the operator's GOGC it is never touched.
+func TestQuietFleetHoldsLessHeap(t *testing.T) {
+	for _, busy := range []int{50, -1} {
+		clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+		ready := false
+		var set []int
+		r := newReleaser(func() bool { return ready }, busy)
+		r.clock, r.free, r.release = clk, func() uint64 { return 0 }, func() {}
+		r.setGC = func(p int) { set = append(set, p) }
+		step := func(d time.Duration) {
+			clk.Step(d)
+			r.check()
+		}
+		step(time.Minute) // not bootstrapped: the cold start keeps the busy target
+		ready = true
+		step(time.Second) // the bootstrap: quiet counts from here
+		step(9 * time.Second)
+		if busy > 0 && len(set) != 0 {
+			t.Fatalf("9 s after the bootstrap: GC targets set %v, want none yet", set)
+		}
+		step(time.Second)
+		r.active()
+		step(5 * time.Second)
+		r.active() // already busy: nothing to put back
+		step(10 * time.Second)
+		want := []int{quietGCPercent, busy, quietGCPercent}
+		if busy < 0 {
+			want = nil
+		}
+		if !slices.Equal(set, want) {
+			t.Errorf("gcBusy %d: GC targets set %v, want %v", busy, set, want)
+		}
+	}
 }
