@@ -82,7 +82,7 @@ func parseMemoryLimit(s string) (int64, bool) {
 // releaser gives back to the system the memory a burst of work left free,
 // and holds less while the fleet is quiet.
 //
-// Release: 
+// Release:
 // a cold start or a restart decodes the whole fleet's state, and the Go
 // runtime returns the heap that is no longer needed only gradually (at
 // 10,000 Services x 10, 70 MiB was still held, unused, minutes after the
