@@ -74,35 +74,42 @@ func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
 	step(5*time.Minute, 4, "5 minutes after the last release")
 }
 
-// TestQuietFleetHoldsLessHeap: once the fleet is bootstrapped and no
-// transaction has been sent for 10 s, the GC target drops to 10 %; the
-// next transaction puts the daemon's back, and the next quiet spell drops
-// it again. With the operator's GOGC it is never touched.
+// TestQuietFleetHoldsLessHeap: once the fleet is bootstrapped, no
+// transaction has been sent for 10 s and the heap grows by less than
+// 1 MiB/s, the GC target drops to 10 %; a transaction or a faster growth
+// (the first resync period's reads) puts the daemon's back. With the
+// operator's GOGC it is never touched.
 func TestQuietFleetHoldsLessHeap(t *testing.T) {
 	for _, busy := range []int{50, -1} {
 		clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 		ready := false
+		var allocs uint64
 		var set []int
 		r := newReleaser(func() bool { return ready }, busy)
 		r.clock, r.free, r.release = clk, func() uint64 { return 0 }, func() {}
 		r.setGC = func(p int) { set = append(set, p) }
-		step := func(d time.Duration) {
+		r.allocs = func() uint64 { return allocs }
+		step := func(d time.Duration, rate uint64) {
 			clk.Step(d)
+			allocs += rate * uint64(d/time.Second)
 			r.check()
 		}
-		step(time.Minute) // not bootstrapped: the cold start keeps the busy target
+		step(time.Minute, 0) // not bootstrapped: the cold start keeps the busy target
 		ready = true
-		step(time.Second) // the bootstrap: quiet counts from here
-		step(9 * time.Second)
-		if busy > 0 && len(set) != 0 {
-			t.Fatalf("9 s after the bootstrap: GC targets set %v, want none yet", set)
+		step(5*time.Second, 0) // the bootstrap: quiet counts from here
+		step(5*time.Second, 0)
+		if len(set) != 0 {
+			t.Fatalf("gcBusy %d, 5 s after the bootstrap: GC targets set %v, want none yet", busy, set)
 		}
-		step(time.Second)
-		r.active()
-		step(5 * time.Second)
+		step(5*time.Second, 0) // quiet, allocating nothing
+		r.active()             // a transaction
+		step(5*time.Second, 0)
 		r.active() // already busy: nothing to put back
-		step(10 * time.Second)
-		want := []int{quietGCPercent, busy, quietGCPercent}
+		step(10*time.Second, 0)
+		step(5*time.Second, 2<<20) // the passes of a first resync period
+		step(5*time.Second, 2<<20)
+		step(5*time.Second, 100<<10)
+		want := []int{quietGCPercent, busy, quietGCPercent, busy, quietGCPercent}
 		if busy < 0 {
 			want = nil
 		}

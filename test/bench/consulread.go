@@ -150,3 +150,19 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// catalogMarks are Consul's two catalog-wide indexes (the nodes table's and
+// the checks table's: together they move with every catalog write or
+// delete, consul.CatalogMarks), read by two requests that return nothing.
+func (b *bench) catalogMarks() ([2]uint64, error) {
+	_, meta, err := b.consul.Client.Catalog().Nodes((&consulapi.QueryOptions{NodeMeta: map[string]string{"bench-index-probe": "none"}}).WithContext(b.ctx))
+	if err != nil {
+		return [2]uint64{}, fmt.Errorf("consul /v1/catalog/nodes: %w", err)
+	}
+	nodes := meta.LastIndex
+	_, meta, err = b.consul.Client.Health().Node("bench-index-probe", (&consulapi.QueryOptions{Filter: `CheckID == "" and CheckID != ""`}).WithContext(b.ctx))
+	if err != nil {
+		return [2]uint64{}, fmt.Errorf("consul /v1/health/node: %w", err)
+	}
+	return [2]uint64{nodes, meta.LastIndex}, nil
+}
