@@ -55,6 +55,13 @@ const nodesPerCheck = 8
 // index again; such a write is a CAS on entries the fault changed and
 // fails, and the worker's re-read reports the loss itself (SignalWorker).
 type lossDetector struct {
+	// marks are the catalog's marks read before the last check that found
+	// nothing, and committed the highest index our writes had committed
+	// by then: while both stand, nothing in the catalog moved since and we
+	// expect nothing new of it, so the check has nothing to read
+	// (consul.CatalogMarks).
+	marks     consul.CatalogMarks
+	committed uint64
 	nodes map[string]consul.NodeEntry // ours, at the last check
 	index map[string]uint64           // per node: the last catalog index read
 	kv    uint64                      // the highest KV index read (StateKey)
@@ -137,6 +144,16 @@ func (d *lossDetector) checkIndex(node string, index, committed uint64) []findin
 func (d *lossDetector) reset() {
 	d.index = nil
 	d.kv = 0
+	d.marks, d.committed = consul.CatalogMarks{}, 0
+}
+
+// committedMax is the highest index a write of ours committed at.
+func committedMax(nw NodeWatcher) uint64 {
+	var m uint64
+	for _, node := range nw.CommittedNodes() {
+		m = max(m, nw.Committed(node))
+	}
+	return m
 }
 
 // checkKV records a read of the KV index; an index below the highest
@@ -253,6 +270,20 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			s.dataLost(ctx, nw, &d, []finding{{SignalWorker, evidence}})
 			continue
 		}
+		// The catalog's marks where a check that found nothing left them,
+		// and no write of ours committed since: nothing in the catalog
+		// moved since that check and we expect nothing new of it, so
+		// there is nothing to read. (A write of ours since counts: a
+		// restore of a snapshot taken before it, landing before the next
+		// check, brings back exactly the marks that check saw.) The marks
+		// are shared with the workers' passes: at most two requests a
+		// second for the whole fleet instead of the node list and
+		// nodesPerCheck node indexes.
+		committed := committedMax(nw)
+		marks, merr := s.opts.Store.CatalogMarks(ctx)
+		if merr == nil && !failed && marks.Known() && marks == d.marks && committed == d.committed {
+			continue
+		}
 		// The nodes our writes committed to, taken before the read: the
 		// read cannot miss one of them unless Consul lost it (even one
 		// created and lost between two checks).
@@ -288,6 +319,8 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		frozen = nil
 		if len(found) > 0 {
 			s.dataLost(ctx, nw, &d, found)
+		} else if merr == nil {
+			d.marks, d.committed = marks, committed
 		}
 		if failed {
 			// Consul answers again (checked for losses first, so that no

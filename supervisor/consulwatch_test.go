@@ -129,10 +129,27 @@ type watchStore struct {
 	*memStore
 	nodeReads chan struct{}
 	kvReads   chan struct{} // nil: not signalled
+	// marks: the catalog's marks are answered (else unknown, so that
+	// every check reads the nodes, as the tests of what a check finds
+	// expect); marksReads signals each read of them.
+	marks      bool
+	marksReads chan struct{}
 }
 
 func newWatchStore() *watchStore {
-	return &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1)}
+	return &watchStore{memStore: newMemStore(), nodeReads: make(chan struct{}, 1), marksReads: make(chan struct{}, 1)}
+}
+
+func (s *watchStore) CatalogMarks(ctx context.Context) (consul.CatalogMarks, error) {
+	m, err := s.memStore.CatalogMarks(ctx)
+	select {
+	case s.marksReads <- struct{}{}:
+	default:
+	}
+	if !s.marks {
+		return consul.CatalogMarks{}, err
+	}
+	return m, err
 }
 
 // KVIndex signals every read of the KV index.
@@ -649,4 +666,89 @@ func syncedFleet(n int) *fakeWatcher {
 	}
 	close(w.synced)
 	return w
+}
+
+// TestQuietCatalogCostsTheCheckNoRead: while the catalog's marks stand
+// where a check that found nothing left them and no write of ours
+// committed since, a check reads neither the nodes nor their indexes; a
+// write of ours undone by a snapshot restore (the marks then back where
+// they were), or Consul restarting empty, makes the next check read, and
+// it finds the loss.
+func TestQuietCatalogCostsTheCheckNoRead(t *testing.T) {
+	w := syncedFleet(3)
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := newWatchStore()
+	store.marks = true
+	hooks := &lossHooks{}
+	f := startWith(t, w, store, func(s *Supervisor) {
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+	})
+	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
+	awaitNodeRead(t, store.nodeReads) // the first check, at bootstrap: marks not known yet
+	// check runs one check and reports whether it read the nodes.
+	check := func() bool {
+		t.Helper()
+		f.waitFor(t, "the check's timer", clk.HasWaiters)
+		clk.Step(time.Second)
+		awaitNodeRead(t, store.marksReads)
+		f.waitFor(t, "the check's next timer", clk.HasWaiters)
+		select {
+		case <-store.nodeReads:
+			return true
+		default:
+			return false
+		}
+	}
+	// The workers' first writes may land after the first check's marks:
+	// the check after them reads, and records where they stand.
+	settled := false
+	for range 3 {
+		if settled = !check(); settled {
+			break
+		}
+	}
+	if !settled {
+		t.Fatal("every check read the nodes over a quiet catalog")
+	}
+	// A read comes after the check's marks read: one that came late is
+	// seen by the next check's look.
+	for i := range 4 {
+		if check() {
+			t.Fatalf("quiet check %d (or the one before) read the nodes", i+1)
+		}
+	}
+	// A snapshot, a write of ours, and a restore of the snapshot before
+	// the next check: the marks are back where that check saw them, but
+	// our write is undone; the check reads, and finds it.
+	snap := store.twin.Snapshot()
+	key := k8s.Key{Namespace: "ns", Name: "s0"}
+	prefix := f.cluster.IDPrefix(key.Namespace, key.Name)
+	w.set(key, service("ns", "s0", "10.1.0.1", "10.1.0.9"))
+	f.waitFor(t, "the write of s0", func() bool { return f.store.count(prefix) == 2 })
+	store.twin.Restore(snap)
+	stepToNextCheck(t, f, clk, store.nodeReads)
+	f.waitFor(t, "the restore found", func() bool { got, _ := hooks.got(); return len(got) > 0 })
+	f.waitFor(t, "s0 repaired", func() bool { return f.store.count(prefix) == 2 })
+	settled = false
+	for range 3 {
+		if settled = !check(); settled {
+			break
+		}
+	}
+	if !settled {
+		t.Fatal("every check read the nodes after the repair")
+	}
+	n0, _ := hooks.got()
+
+	node := f.store.instanceNodes()[0]
+	store.twin.Wipe()
+	n := f.cluster.NodeNamed(node)
+	if _, err := store.other.Catalog().Register(&api.CatalogRegistration{Node: n.Name, Address: n.Address, NodeMeta: n.Meta}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stepToNextCheck(t, f, clk, store.nodeReads)
+	f.waitFor(t, "the loss found", func() bool { got, _ := hooks.got(); return len(got) > len(n0) })
+	if got, _ := hooks.got(); got[len(n0)] != SignalNodeRecreated && got[len(n0)] != SignalIndexBack {
+		t.Errorf("signals %v, want %s or %s after %v", got, SignalNodeRecreated, SignalIndexBack, n0)
+	}
 }

@@ -125,7 +125,9 @@ func newMemStore() *memStore {
 // bind makes the store the client of cluster (before the supervisor runs).
 func (m *memStore) bind(cluster ownership.Cluster) {
 	m.cluster = cluster
-	m.Client = consul.NewClient(m.twin.Client(), cluster, consul.Options{})
+	// The marks are read on every call: the tests' clocks are fake, the
+	// sharing's is not (consul.TestCatalogMarksAreSharedForMaxAge).
+	m.Client = consul.NewClient(m.twin.Client(), cluster, consul.Options{MarksMaxAge: -1})
 }
 
 func (m *memStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
