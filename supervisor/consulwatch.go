@@ -62,10 +62,10 @@ type lossDetector struct {
 	// (consul.CatalogMarks).
 	marks     consul.CatalogMarks
 	committed uint64
-	nodes map[string]consul.NodeEntry // ours, at the last check
-	index map[string]uint64           // per node: the last catalog index read
-	kv    uint64                      // the highest KV index read (StateKey)
-	turn  int                         // round-robin start of the next index reads
+	nodes     map[string]consul.NodeEntry // ours, at the last check
+	index     map[string]uint64           // per node: the last catalog index read
+	kv        uint64                      // the highest KV index read (StateKey)
+	turn      int                         // round-robin start of the next index reads
 }
 
 // finding is one reason to believe Consul lost data.
