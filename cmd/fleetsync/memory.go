@@ -186,6 +186,9 @@ func (r *releaser) tuneGC() {
 	if r.clock.Since(time.Unix(0, r.last.Load())) >= r.quiet {
 		r.setGC(quietGCPercent)
 		r.quietGC.Store(true)
+		// What the busier spell left free goes back too (as after a
+		// burst: at most once per every).
+		r.due.Store(true)
 	}
 }
 

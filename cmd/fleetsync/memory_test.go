@@ -116,5 +116,17 @@ func TestQuietFleetHoldsLessHeap(t *testing.T) {
 		if !slices.Equal(set, want) {
 			t.Errorf("gcBusy %d: GC targets set %v, want %v", busy, set, want)
 		}
+		if busy > 0 {
+			// The free heap of the first resync period goes back once
+			// the target is quiet again, 5 minutes after the last release.
+			released := 0
+			r.free, r.release = func() uint64 { return 64 << 20 }, func() { released++ }
+			step(5*time.Second, 2<<20)
+			step(5*time.Minute, 2<<20)
+			step(5*time.Second, 0)
+			if released != 1 {
+				t.Errorf("%d releases when the quiet target came back, want 1", released)
+			}
+		}
 	}
 }
