@@ -51,7 +51,12 @@ type catalogAPI interface {
 	KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error)
 }
 
-type apiAdapter struct{ c *api.Client }
+// apiAdapter is the catalogAPI of a consul/api client; with raw, the
+// reads of owned state skip consul/api's decoding (rawReads).
+type apiAdapter struct {
+	c   *api.Client
+	raw *rawReads
+}
 
 func (a apiAdapter) NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
 	return a.c.Catalog().NodeServiceList(node, q)
@@ -179,7 +184,7 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 
 // NewClient returns a client writing on behalf of owner.
 func NewClient(c *api.Client, owner Owner, opts Options) *Client {
-	return newClient(apiAdapter{c}, owner, opts)
+	return newClient(apiAdapter{c: c}, owner, opts)
 }
 
 func newClient(a catalogAPI, owner Owner, opts Options) *Client {

@@ -195,7 +195,9 @@ func Dial(ctx context.Context, cc ConnConfig, opts DialOptions) (*Conn, error) {
 
 // NewClient returns a client of this connection writing on behalf of owner
 // (see Client).
-func (cn *Conn) NewClient(owner Owner, opts Options) *Client { return NewClient(cn.api, owner, opts) }
+func (cn *Conn) NewClient(owner Owner, opts Options) *Client {
+	return newClient(apiAdapter{c: cn.api, raw: newRawReads(cn.cfg)}, owner, opts)
+}
 
 // NewHealth returns a tracker of whether Consul answers (nil clk: the real
 // clock).

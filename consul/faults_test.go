@@ -456,7 +456,7 @@ func TestUnansweredWriteWitnessesNothing(t *testing.T) {
 	ctx := t.Context()
 	owner := testOwner{id: "lostanswer"}
 	lose := &atomic.Bool{}
-	c := newClient(lostAnswerAPI{catalogAPI: apiAdapter{a.Client}, lose: lose}, owner, Options{})
+	c := newClient(lostAnswerAPI{catalogAPI: apiAdapter{c: a.Client}, lose: lose}, owner, Options{})
 	in := owner.instance(0, "la")
 	applied, err := c.Apply(ctx, Change{Register: []Instance{in}})
 	if err != nil {

@@ -56,21 +56,30 @@ type wireEntry struct {
 	Checks  []*wireCheck
 }
 
+// query reads path into out: through rawReads when the adapter has them,
+// else through consul/api (both escape the path).
+func (a apiAdapter) query(path string, out any, q *api.QueryOptions) (*api.QueryMeta, error) {
+	if a.raw != nil {
+		return a.raw.query(path, out, q)
+	}
+	return a.c.Raw().Query(path, out, q)
+}
+
 func (a apiAdapter) NodeServices(node string, q *api.QueryOptions) (*wireNodeServices, *api.QueryMeta, error) {
 	var out *wireNodeServices
-	meta, err := a.c.Raw().Query("/v1/catalog/node-services/"+node, &out, q) // consul/api escapes the path
+	meta, err := a.query("/v1/catalog/node-services/"+node, &out, q)
 	return out, meta, err
 }
 
 func (a apiAdapter) NodeChecks(node string, q *api.QueryOptions) ([]*wireCheck, *api.QueryMeta, error) {
 	var out []*wireCheck
-	meta, err := a.c.Raw().Query("/v1/health/node/"+node, &out, q)
+	meta, err := a.query("/v1/health/node/"+node, &out, q)
 	return out, meta, err
 }
 
 func (a apiAdapter) ServiceEntries(name string, q *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
 	var out []*wireEntry
-	meta, err := a.c.Raw().Query("/v1/health/service/"+name, &out, q)
+	meta, err := a.query("/v1/health/service/"+name, &out, q)
 	return out, meta, err
 }
 

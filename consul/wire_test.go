@@ -68,16 +68,27 @@ func TestLeanReadsAgreeWithTheAPIClient(t *testing.T) {
 			}
 		}
 	}
-	got, err := c.ReadNode(ctx)
+	// The daemon's client (a Conn's) reads without consul/api (rawReads).
+	cn, err := Open(ConnConfig{Addresses: []string{a.HTTPAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	same("the node read", got)
-	got, _, err = c.ReadService(ctx, "web")
-	if err != nil {
-		t.Fatal(err)
+	raw := cn.NewClient(owner, Options{})
+	if raw.api.(apiAdapter).raw == nil {
+		t.Fatal("a Conn's client reads through consul/api")
 	}
-	same("the service read", got)
+	for how, rc := range map[string]*Client{"consul/api": c, "raw": raw} {
+		got, err := rc.ReadNode(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same(how+": the node read", got)
+		got, _, err = rc.ReadService(ctx, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		same(how+": the service read", got)
+	}
 	// The transaction's answer gave the indexes the reads now show.
 	for _, w := range applied.Written {
 		if r := want[w.ID]; w.ServiceIndex != r.ServiceIndex || w.CheckIndex != r.CheckIndex {

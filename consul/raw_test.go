@@ -1,0 +1,130 @@
+package consul
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/consultest"
+)
+
+// TestRawReadsAskWhatTheAPIClientAsks: for every read rawReads sends, the
+// path, query and token are those consul/api sends for the same options.
+func TestRawReadsAskWhatTheAPIClientAsks(t *testing.T) {
+	type seen struct {
+		path  string
+		query url.Values
+		token string
+	}
+	var mu sync.Mutex
+	var got []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		query := r.URL.Query()
+		for _, v := range query {
+			slices.Sort(v) // node-meta pairs come in map order
+		}
+		got = append(got, seen{r.URL.EscapedPath(), query, r.Header.Get("X-Consul-Token")})
+		mu.Unlock()
+		w.Header().Set("X-Consul-Index", "7")
+		_, _ = w.Write([]byte("null"))
+	}))
+	defer srv.Close()
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.Datacenter, cfg.Token = strings.TrimPrefix(srv.URL, "http://"), "dc9", "static-token"
+	c, err := api.NewClient(cfg) // completes cfg, as the daemon's Conn does
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaAPI, viaRaw := apiAdapter{c: c}, apiAdapter{c: c, raw: newRawReads(cfg)}
+	if viaRaw.raw == nil {
+		t.Fatal("no raw reads for a plain http configuration")
+	}
+	options := []*api.QueryOptions{
+		{},
+		{Filter: `ID == "" and ID != ""`, NodeMeta: map[string]string{"k8s-cluster": "east", "external-source": "kubernetes"}},
+		{Namespace: "team", Partition: "p1", Datacenter: "dc2", Token: "per-request", AllowStale: true, WaitIndex: 42},
+	}
+	for _, q := range options {
+		for _, node := range []string{"k8s-east", "k8s-east.3", "odd name/with?chars"} {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			for _, a := range []apiAdapter{viaAPI, viaRaw} {
+				for _, read := range []func() error{
+					func() error { _, _, err := a.NodeServices(node, q); return err },
+					func() error { _, _, err := a.NodeChecks(node, q); return err },
+					func() error { _, _, err := a.ServiceEntries(node, q); return err },
+				} {
+					if err := read(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			mu.Lock()
+			if len(got) != 6 {
+				t.Fatalf("%d requests, want 6", len(got))
+			}
+			for i := range 3 {
+				if !reflect.DeepEqual(got[i], got[i+3]) {
+					t.Errorf("options %+v, node %q:\nconsul/api %+v\nraw        %+v", q, node, got[i], got[i+3])
+				}
+			}
+			mu.Unlock()
+		}
+	}
+}
+
+// TestRawReadsAnswerAsTheAPIClient: on the twin, the raw reads decode to
+// what consul/api decodes, with the same index, and a refused read is the
+// same api.StatusError.
+func TestRawReadsAnswerAsTheAPIClient(t *testing.T) {
+	twin := consultest.New(t)
+	owner := testOwner{id: "raw"}
+	setup := NewClient(twin.Client(), owner, Options{})
+	in := []Instance{owner.instance(1, "web"), owner.instance(2, "web"), owner.instance(3, "api")}
+	in[1].Tags = append(in[1].Tags, `quote"and\\backslash`, "ünïcode")
+	in[2].Check = Check{Status: api.HealthCritical, Output: "line one\nline two"}
+	if _, err := setup.Apply(t.Context(), Change{Register: in}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := api.DefaultConfig()
+	cfg.Address = twin.Addr()
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaAPI, viaRaw := apiAdapter{c: c}, apiAdapter{c: c, raw: newRawReads(cfg)}
+	node := owner.Node().Name
+	q := &api.QueryOptions{NodeMeta: owner.Node().Meta}
+	s1, m1, err1 := viaAPI.NodeServices(node, q)
+	s2, m2, err2 := viaRaw.NodeServices(node, q)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(s1, s2) || m1.LastIndex != m2.LastIndex || len(s2.Services) != 3 {
+		t.Errorf("node services: consul/api %+v (%v), raw %+v (%v)", s1, err1, s2, err2)
+	}
+	c1, _, err1 := viaAPI.NodeChecks(node, q)
+	c2, _, err2 := viaRaw.NodeChecks(node, q)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(c1, c2) || len(c2) != 3 {
+		t.Errorf("node checks: consul/api %+v (%v), raw %+v (%v)", c1, err1, c2, err2)
+	}
+	e1, m1, err1 := viaAPI.ServiceEntries("web", q)
+	e2, m2, err2 := viaRaw.ServiceEntries("web", q)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(e1, e2) || m1.LastIndex != m2.LastIndex || len(e2) != 2 {
+		t.Errorf("service entries: consul/api %+v (%v), raw %+v (%v)", e1, err1, e2, err2)
+	}
+	twin.SetFault(func(*http.Request) error { return errors.New("the leader is gone") })
+	_, _, err1 = viaAPI.NodeServices(node, q)
+	_, _, err2 = viaRaw.NodeServices(node, q)
+	var se1, se2 api.StatusError
+	if !errors.As(err1, &se1) || !errors.As(err2, &se2) || se1 != se2 {
+		t.Errorf("a refused read: consul/api %v, raw %v", err1, err2)
+	}
+}
