@@ -42,10 +42,13 @@ type marksCache struct {
 	marks CatalogMarks
 }
 
-// CatalogMarks returns the catalog's marks, read at most
-// Options.MarksMaxAge ago (counted from when the read began). Callers at the same time
-// share one read: two requests that return no entry.
-func (c *Client) CatalogMarks(ctx context.Context) (CatalogMarks, error) {
+// CatalogMarks returns the catalog's marks from a read that began at or
+// after after, and at most Options.MarksMaxAge ago. Callers at the same
+// time share one read: two requests that return no entry. Marks that are
+// to stand for what was read or written at some time must come from a read
+// begun after it: marks read before a write of ours would come back
+// exactly with a restore of a snapshot taken before that write.
+func (c *Client) CatalogMarks(ctx context.Context, after time.Time) (CatalogMarks, error) {
 	if c.opts.Scope.normal().Enterprise() {
 		return CatalogMarks{}, nil
 	}
@@ -55,7 +58,7 @@ func (c *Client) CatalogMarks(ctx context.Context) (CatalogMarks, error) {
 		return CatalogMarks{}, ctx.Err()
 	}
 	defer func() { <-c.marks.slot }()
-	if !c.marks.at.IsZero() && c.now().Sub(c.marks.at) <= c.opts.MarksMaxAge {
+	if !c.marks.at.IsZero() && c.now().Sub(c.marks.at) <= c.opts.MarksMaxAge && !c.marks.at.Before(after) {
 		return c.marks.marks, nil
 	}
 	at := c.now()

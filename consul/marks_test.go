@@ -101,7 +101,7 @@ func TestCatalogMarksAreSharedForMaxAge(t *testing.T) {
 	c.now = func() time.Time { return now }
 	read := func() CatalogMarks {
 		t.Helper()
-		m, err := c.CatalogMarks(t.Context())
+		m, err := c.CatalogMarks(t.Context(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,6 +126,18 @@ func TestCatalogMarksAreSharedForMaxAge(t *testing.T) {
 	if n := nodeReads.Load(); n != 2 {
 		t.Errorf("%d nodes reads after MarksMaxAge passed, want 2", n)
 	}
+	// Marks asked for from after a time read again if the shared read
+	// began before it.
+	now = now.Add(time.Millisecond)
+	if _, err := c.CatalogMarks(t.Context(), now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CatalogMarks(t.Context(), now); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeReads.Load(); n != 3 {
+		t.Errorf("%d nodes reads after two asks for marks from now on, want 3 (one new read, then shared)", n)
+	}
 }
 
 // TestCatalogMarksAreUnknownInEnterpriseScopes: no request, and zero marks
@@ -135,7 +147,7 @@ func TestCatalogMarksAreUnknownInEnterpriseScopes(t *testing.T) {
 	var reads atomic.Int32
 	srv.SetFault(func(*http.Request) error { reads.Add(1); return nil })
 	c := NewClient(srv.Client(), testOwner{id: "ent"}, Options{Scope: Scope{Namespace: "team-a"}})
-	m, err := c.CatalogMarks(t.Context())
+	m, err := c.CatalogMarks(t.Context(), time.Time{})
 	if err != nil || m.Known() || reads.Load() != 0 {
 		t.Fatalf("marks %+v, err %v, %d requests: want unknown marks and no request", m, err, reads.Load())
 	}

@@ -29,7 +29,8 @@ type rawReads struct {
 	host   string
 	prefix string // api.Config.PathPrefix
 	dc     string
-	token  string // a static token (the token transport, if any, overrides it)
+	token  string             // a static token (the token transport, if any, overrides it)
+	auth   *api.HttpBasicAuth // CONSUL_HTTP_AUTH, as consul/api sends it
 }
 
 // newRawReads returns the raw reads of the consul/api client built from
@@ -41,7 +42,7 @@ func newRawReads(cfg *api.Config) *rawReads {
 		cfg.Address == "" || strings.Contains(cfg.Address, "://") || strings.HasPrefix(cfg.Address, "/") {
 		return nil
 	}
-	return &rawReads{hc: cfg.HttpClient, scheme: cfg.Scheme, host: cfg.Address, prefix: cfg.PathPrefix, dc: cfg.Datacenter, token: cfg.Token}
+	return &rawReads{hc: cfg.HttpClient, scheme: cfg.Scheme, host: cfg.Address, prefix: cfg.PathPrefix, dc: cfg.Datacenter, token: cfg.Token, auth: cfg.HttpAuth}
 }
 
 // rawQuery is the URL and header consul/api sends for a GET of path with
@@ -103,6 +104,9 @@ func (r *rawReads) query(path string, out any, q *api.QueryOptions) (*api.QueryM
 		return nil, err
 	}
 	req.Header = header
+	if r.auth != nil {
+		req.SetBasicAuth(r.auth.Username, r.auth.Password)
+	}
 	resp, err := r.hc.Do(req)
 	if err != nil {
 		return nil, err

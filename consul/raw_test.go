@@ -20,9 +20,9 @@ import (
 // path, query and token are those consul/api sends for the same options.
 func TestRawReadsAskWhatTheAPIClientAsks(t *testing.T) {
 	type seen struct {
-		path  string
-		query url.Values
-		token string
+		path   string
+		query  url.Values
+		header http.Header
 	}
 	var mu sync.Mutex
 	var got []seen
@@ -32,7 +32,11 @@ func TestRawReadsAskWhatTheAPIClientAsks(t *testing.T) {
 		for _, v := range query {
 			slices.Sort(v) // node-meta pairs come in map order
 		}
-		got = append(got, seen{r.URL.EscapedPath(), query, r.Header.Get("X-Consul-Token")})
+		header := r.Header.Clone()
+		header.Del("User-Agent")   // Go's default either way
+		header.Del("Content-Type") // consul/api sets application/json on a GET, which carries no body
+		header.Del("Accept-Encoding")
+		got = append(got, seen{r.URL.EscapedPath(), query, header})
 		mu.Unlock()
 		w.Header().Set("X-Consul-Index", "7")
 		_, _ = w.Write([]byte("null"))
@@ -40,7 +44,8 @@ func TestRawReadsAskWhatTheAPIClientAsks(t *testing.T) {
 	defer srv.Close()
 	cfg := api.DefaultConfig()
 	cfg.Address, cfg.Datacenter, cfg.Token = strings.TrimPrefix(srv.URL, "http://"), "dc9", "static-token"
-	c, err := api.NewClient(cfg) // completes cfg, as the daemon's Conn does
+	cfg.HttpAuth = &api.HttpBasicAuth{Username: "proxy-user", Password: "proxy-secret"} // CONSUL_HTTP_AUTH
+	c, err := api.NewClient(cfg)                                                        // completes cfg, as the daemon's Conn does
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,13 +55,15 @@ const nodesPerCheck = 8
 // index again; such a write is a CAS on entries the fault changed and
 // fails, and the worker's re-read reports the loss itself (SignalWorker).
 type lossDetector struct {
-	// marks are the catalog's marks read before the last check that found
-	// nothing, and committed the highest index our writes had committed
-	// by then: while both stand, nothing in the catalog moved since and we
-	// expect nothing new of it, so the check has nothing to read
-	// (consul.CatalogMarks).
+	// marks are the catalog's marks, and committed the highest index our
+	// writes had committed, at the start of a round of checks that read
+	// every node's index, every read answered and nothing was found:
+	// while both stand, nothing in the catalog moved since and we expect
+	// nothing new of it, so a check has nothing to read
+	// (consul.CatalogMarks). round is the round under way.
 	marks     consul.CatalogMarks
 	committed uint64
+	round     marksRound
 	nodes     map[string]consul.NodeEntry // ours, at the last check
 	index     map[string]uint64           // per node: the last catalog index read
 	kv        uint64                      // the highest KV index read (StateKey)
@@ -144,7 +146,37 @@ func (d *lossDetector) checkIndex(node string, index, committed uint64) []findin
 func (d *lossDetector) reset() {
 	d.index = nil
 	d.kv = 0
-	d.marks, d.committed = consul.CatalogMarks{}, 0
+	d.marks, d.committed, d.round = consul.CatalogMarks{}, 0, marksRound{}
+}
+
+// marksRound is a round of checks under the same marks and committed
+// index: the nodes whose index it read.
+type marksRound struct {
+	marks     consul.CatalogMarks
+	committed uint64
+	read      map[string]bool
+}
+
+// settle records a check begun under marks and committed. A check with a
+// read that got no answer starts the round over; once the round has read
+// every node of ours, the marks are the ones a check may skip on.
+func (d *lossDetector) settle(marks consul.CatalogMarks, committed uint64, complete bool, read []string) {
+	if !complete || !marks.Known() {
+		d.round = marksRound{}
+		return
+	}
+	if d.round.read == nil || d.round.marks != marks || d.round.committed != committed {
+		d.round = marksRound{marks: marks, committed: committed, read: map[string]bool{}}
+	}
+	for _, n := range read {
+		d.round.read[n] = true
+	}
+	for n := range d.nodes {
+		if !d.round.read[n] {
+			return
+		}
+	}
+	d.marks, d.committed = marks, committed
 }
 
 // committedMax is the highest index a write of ours committed at.
@@ -195,6 +227,12 @@ const maxWitnessAge = 5 * time.Minute
 // written (twice, and still standing: a delete or rewrite of ours
 // committing while it was read is no loss) is a finding.
 func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) []finding {
+	found, _ := checkWitnessesAll(ctx, wr, ws, now)
+	return found
+}
+
+// checkWitnessesAll is checkWitnesses, and whether every read answered.
+func checkWitnessesAll(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) ([]finding, bool) {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -213,26 +251,32 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 		}
 	}
 	for _, w := range picked {
-		if f := checkWitness(ctx, wr, w); f != nil {
-			return f
+		f, ok := checkWitness(ctx, wr, w)
+		if f != nil || !ok {
+			return f, ok
 		}
 	}
-	return nil
+	return nil, true
 }
 
-func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) []finding {
+// checkWitness reads one witness: a finding, or none and whether the
+// reads answered.
+func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]finding, bool) {
 	var index uint64
 	for range 2 {
 		i, found, err := wr.ReadWitness(ctx, w)
-		if err != nil || (found && i >= w.Index) || !wr.IsWitness(w) {
-			return nil
+		if err != nil {
+			return nil, false
+		}
+		if (found && i >= w.Index) || !wr.IsWitness(w) {
+			return nil, true
 		}
 		index = i
 	}
 	if index == 0 {
-		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}
+		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}, true
 	}
-	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}
+	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}, true
 }
 
 // watchConsul runs until ctx is done. Every NodeCheckInterval it reads the
@@ -270,18 +314,20 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			s.dataLost(ctx, nw, &d, []finding{{SignalWorker, evidence}})
 			continue
 		}
-		// The catalog's marks where a check that found nothing left them,
-		// and no write of ours committed since: nothing in the catalog
-		// moved since that check and we expect nothing new of it, so
-		// there is nothing to read. (A write of ours since counts: a
-		// restore of a snapshot taken before it, landing before the next
-		// check, brings back exactly the marks that check saw.) The marks
-		// are shared with the workers' passes: at most two requests a
+		// The catalog's marks where a round of checks that read every
+		// node and found nothing left them, and no write of ours
+		// committed since: nothing in the catalog moved since that round
+		// and we expect nothing new of it, so there is nothing to read.
+		// (A write of ours counts: a restore of a snapshot taken before
+		// it brings back exactly the marks seen before it.) The marks
+		// come from a read begun after committed was taken (a shared
+		// read from before a write of ours would stand for a catalog
+		// without it), and the workers' passes share it: two requests a
 		// second for the whole fleet instead of the node list and
 		// nodesPerCheck node indexes.
 		committed := committedMax(nw)
-		marks, merr := s.opts.Store.CatalogMarks(ctx)
-		if merr == nil && !failed && marks.Known() && marks == d.marks && committed == d.committed {
+		marks, merr := s.opts.Store.CatalogMarks(ctx, time.Now())
+		if merr == nil && !failed && frozen == nil && marks.Known() && marks == d.marks && committed == d.committed {
 			continue
 		}
 		// The nodes our writes committed to, taken before the read: the
@@ -303,24 +349,29 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			continue // unreachable: the health probe reports it
 		}
 		s.foreignNodes(view.Foreign(), reported)
-		found := checkConsul(ctx, nw, &d, view, written)
+		found, read, complete := checkConsul(ctx, nw, &d, view, written)
 		if s.opts.StateKey != "" && len(found) == 0 {
 			if ix, err := s.opts.Store.KVIndex(ctx, s.opts.StateKey); err == nil {
 				found = d.checkKV(ix)
+			} else {
+				complete = false
 			}
 		}
 		if len(found) == 0 {
 			now := s.opts.Clock.Now()
-			found = checkWitnesses(ctx, wr, wr.Witnesses(), now)
+			var ok bool
+			found, ok = checkWitnessesAll(ctx, wr, wr.Witnesses(), now)
+			complete = complete && ok
 			if len(found) == 0 && frozen != nil {
-				found = checkWitnesses(ctx, wr, frozen, now)
+				found, ok = checkWitnessesAll(ctx, wr, frozen, now)
+				complete = complete && ok
 			}
 		}
 		frozen = nil
 		if len(found) > 0 {
 			s.dataLost(ctx, nw, &d, found)
-		} else if merr == nil {
-			d.marks, d.committed = marks, committed
+		} else {
+			d.settle(marks, committed, complete && merr == nil, read)
 		}
 		if failed {
 			// Consul answers again (checked for losses first, so that no
@@ -335,20 +386,22 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 }
 
 // checkConsul is one check of a node read: the nodes, then the indexes of
-// the nodes due.
-func checkConsul(ctx context.Context, nw NodeWatcher, d *lossDetector, view consul.NodesView, written []string) []finding {
-	found := d.checkNodes(view, written...)
+// the nodes due. It also returns the nodes whose index it read, and
+// whether every read answered.
+func checkConsul(ctx context.Context, nw NodeWatcher, d *lossDetector, view consul.NodesView, written []string) (found []finding, read []string, complete bool) {
+	found = d.checkNodes(view, written...)
 	for _, node := range d.due() {
 		// The committed floor first: a write committing between the two
 		// reads then only raises the index, never the floor.
 		committed := nw.Committed(node)
 		idx, err := nw.NodeIndex(ctx, node)
 		if err != nil {
-			break
+			return found, read, false
 		}
+		read = append(read, node)
 		found = append(found, d.checkIndex(node, idx, committed)...)
 	}
-	return found
+	return found, read, true
 }
 
 // lossSeen is a worker's report that Consul lost entries it wrote.

@@ -45,11 +45,16 @@ type fakeStore struct {
 	indexReads int             // ServiceIndex calls
 	nodeReads  int             // NodeIndex calls
 	marksReads int             // CatalogMarks calls
-	fails      []error         // returned by the next applies, in order
-	block      chan struct{}   // the next Apply waits for it to close
-	onApply    func()          // runs inside every Apply (before it commits)
-	panics     int             // the next applies panic
-	readFails  int             // the next reads fail
+	// staleMarks, when set, is a shared read of the marks begun at
+	// staleAt (the harness's clock): answered to a caller that accepts
+	// a read that old.
+	staleMarks *consul.CatalogMarks
+	staleAt    time.Time
+	fails      []error       // returned by the next applies, in order
+	block      chan struct{} // the next Apply waits for it to close
+	onApply    func()        // runs inside every Apply (before it commits)
+	panics     int           // the next applies panic
+	readFails  int           // the next reads fail
 
 	applied chan consul.Change // every Apply, as it starts
 	started chan struct{}      // a blocked Apply is waiting
@@ -167,11 +172,17 @@ func (s *fakeStore) NodeIndex(ctx context.Context, node string) (uint64, error) 
 	return s.Client.NodeIndex(ctx, node)
 }
 
-func (s *fakeStore) CatalogMarks(ctx context.Context) (consul.CatalogMarks, error) {
+func (s *fakeStore) CatalogMarks(ctx context.Context, after time.Time) (consul.CatalogMarks, error) {
 	if err := s.read(&s.marksReads); err != nil {
 		return consul.CatalogMarks{}, err
 	}
-	return s.Client.CatalogMarks(ctx)
+	s.mu.Lock()
+	stale, at := s.staleMarks, s.staleAt
+	s.mu.Unlock()
+	if stale != nil && !at.Before(after) {
+		return *stale, nil
+	}
+	return s.Client.CatalogMarks(ctx, after)
 }
 
 func (s *fakeStore) ServiceIndex(ctx context.Context, name string) (uint64, error) {

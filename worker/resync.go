@@ -55,7 +55,9 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	// as a moved index.
 	v := &verification{names: make(map[string]uint64, len(names)), nodes: map[string]uint64{}}
 	var err error
-	deep(func() { v.marks, err = w.opts.Store.CatalogMarks(ctx) })
+	// From a read begun after the last write of ours: marks read before
+	// it would stand for a catalog without it.
+	deep(func() { v.marks, err = w.opts.Store.CatalogMarks(ctx, w.lastWrite) })
 	if err != nil {
 		return true, fmt.Errorf("anti-entropy read: %w", err)
 	}
@@ -164,7 +166,7 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 	}
 	var marks consul.CatalogMarks
 	var err error
-	deep(func() { marks, err = w.opts.Store.CatalogMarks(ctx) })
+	deep(func() { marks, err = w.opts.Store.CatalogMarks(ctx, time.Time{}) })
 	if err != nil {
 		return false, fmt.Errorf("anti-entropy check: %w", err)
 	}

@@ -407,3 +407,46 @@ func TestUnknownIndexesMeanEveryPassReads(t *testing.T) {
 		}
 	}
 }
+
+// TestMarksFromBeforeAWriteAreNotTaken (found by review): the read by name
+// after a write takes the catalog's marks only from a read begun after
+// the write. Marks shared from before it would come back exactly with a
+// restore of a snapshot taken before the write, and the passes after it
+// would skip while Consul lacks the instance.
+func TestMarksFromBeforeAWriteAreNotTaken(t *testing.T) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.ResyncPeriod = 5 * W
+	})
+	// A check on someone else's node: every catalog table has an index.
+	if _, err := h.store.other.Catalog().Register(&api.CatalogRegistration{Node: "elsewhere", Address: "10.1.1.1",
+		Service: &api.AgentService{ID: "theirs", Service: "theirs", Port: 80},
+		Check:   &api.AgentCheck{CheckID: "c", Name: "c", Status: api.HealthPassing, ServiceID: "theirs"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := h.store.Client.CatalogMarks(t.Context(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := h.store.twin.Snapshot()
+	h.store.mu.Lock()
+	h.store.staleMarks, h.store.staleAt = &pre, h.clk.Now()
+	h.store.mu.Unlock()
+	h.clk.Step(time.Millisecond) // the shared read began just before the write
+	h.start()
+	h.wrote("+10.0.0.1:8080")
+	h.awaitTimer()
+	h.clk.Step(6 * W)
+	if f := h.flush(); !f.Resync || f.Err != nil || f.Wrote {
+		t.Fatalf("the pass after the write: %+v", f)
+	}
+	h.store.mu.Lock()
+	h.store.staleMarks = nil
+	h.store.mu.Unlock()
+	h.store.twin.Restore(snap)
+	h.awaitTimer()
+	h.clk.Step(6 * W)
+	if f := h.flush(); !f.Resync || f.Err != nil || !f.Wrote {
+		t.Fatalf("the pass after a restore that undid the write: %+v, want it to write the instance again", f)
+	}
+	wantChange(t, h.apply(), "+10.0.0.1:8080")
+}

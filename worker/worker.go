@@ -33,9 +33,9 @@ type Store interface {
 	// service on the node, by anyone.
 	NodeIndex(ctx context.Context, node string) (uint64, error)
 	// CatalogMarks are two catalog-wide indexes that together move with
-	// every catalog write, by anyone (consul.CatalogMarks), read at most
-	// a second ago and shared by the fleet.
-	CatalogMarks(ctx context.Context) (consul.CatalogMarks, error)
+	// every catalog write, by anyone (consul.CatalogMarks), from a read
+	// begun at or after after, at most a second ago, shared by the fleet.
+	CatalogMarks(ctx context.Context, after time.Time) (consul.CatalogMarks, error)
 	// Acquire waits for the write budget of one transaction (high:
 	// priority); the permit goes out in Change.Permit or is released.
 	Acquire(ctx context.Context, high bool) (consul.Permit, error)

@@ -93,7 +93,7 @@ func parseMemoryLimit(s string) (int64, bool) {
 // Quiet GC target: once no transaction has been sent for quiet and the
 // heap grows by less than quietAllocRate, the GC target drops from gcBusy
 // (the daemon's 50 %) to quietGCPercent; a transaction, or allocation
-// above that rate, puts it back. The heap held above the live one then
+// at twice that rate, puts it back. The heap held above the live one then
 // shrinks from half of it to a tenth (at 10,000 Services x 10 the live
 // heap is ~190 MiB), and collecting more often costs little because
 // little is allocated: a collection per 19 MiB allocated, at most one
@@ -147,9 +147,10 @@ func newReleaser(ready func() bool, gcBusy int) *releaser {
 func (r *releaser) active() {
 	r.last.Store(r.clock.Now().UnixNano())
 	r.due.Store(true)
-	if r.quietGC.Load() {
-		r.busyGC()
-	}
+	// Under gcMu, as tuneGC's look at last and its switch: either it saw
+	// this transaction, or this sees its switch (a check of quietGC
+	// alone could fall between the two).
+	r.busyGC()
 }
 
 // busyGC puts the daemon's GC target back.
@@ -174,8 +175,8 @@ func (r *releaser) tuneGC() {
 	if r.gcBusy < 0 {
 		return
 	}
-	if rate >= quietAllocRate {
-		r.busyGC()
+	if rate >= 2*quietAllocRate || (rate >= quietAllocRate && !r.quietGC.Load()) {
+		r.busyGC() // (back) busy above twice the rate: no switching on every check around it
 		return
 	}
 	if r.quietGC.Load() {

@@ -422,8 +422,8 @@ func (b *bench) restart() error {
 		least, counts := counted, 1
 		for watchCtx.Err() == nil {
 			if m, err := b.catalogMarks(); err == nil && m != marks {
-				marks = m
 				if _, total, err := b.nodeState(svcPrefix); err == nil {
+					marks = m // only once counted: a failed count is tried again
 					least = min(least, total)
 					counts++
 				}
