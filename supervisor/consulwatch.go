@@ -226,13 +226,8 @@ const maxWitnessAge = 5 * time.Minute
 // checkWitnesses reads the picked witnesses; one gone or older than
 // written (twice, and still standing: a delete or rewrite of ours
 // committing while it was read is no loss) is a finding.
-func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) []finding {
-	found, _ := checkWitnessesAll(ctx, wr, ws, now)
-	return found
-}
-
-// checkWitnessesAll is checkWitnesses, and whether every read answered.
-func checkWitnessesAll(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) ([]finding, bool) {
+// It also reports whether every read answered.
+func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) ([]finding, bool) {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -360,10 +355,10 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		if len(found) == 0 {
 			now := s.opts.Clock.Now()
 			var ok bool
-			found, ok = checkWitnessesAll(ctx, wr, wr.Witnesses(), now)
+			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now)
 			complete = complete && ok
 			if len(found) == 0 && frozen != nil {
-				found, ok = checkWitnessesAll(ctx, wr, frozen, now)
+				found, ok = checkWitnesses(ctx, wr, frozen, now)
 				complete = complete && ok
 			}
 		}
