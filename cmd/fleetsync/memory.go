@@ -242,18 +242,14 @@ func (r *releaser) check() {
 }
 
 // heapAllocs is the bytes allocated on the heap since the start.
-func heapAllocs() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
+func heapAllocs() uint64 { return runtimeUint64("/gc/heap/allocs:bytes") }
 
 // heapFree is the heap Go holds free and has not returned to the system.
-func heapFree() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+func heapFree() uint64 { return runtimeUint64("/memory/classes/heap/free:bytes") }
+
+// runtimeUint64 reads one runtime/metrics counter (0 if it is not one).
+func runtimeUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		return 0
