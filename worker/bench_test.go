@@ -2,7 +2,6 @@ package worker
 
 import (
 	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -53,10 +52,10 @@ func BenchmarkDesired(b *testing.B) {
 }
 
 // ownedOf is what Consul holds when it agrees with desired.
-func ownedOf(cfg Config, desired []consul.Instance) map[string]consul.Registered {
-	owned := make(map[string]consul.Registered, len(desired))
+func ownedOf(cfg Config, desired []consul.Instance) map[string]Held {
+	owned := make(map[string]Held, len(desired))
 	for i, in := range desired {
-		owned[in.ID] = consul.Registered{Instance: in, Node: cfg.Cluster.NodeNameFor(in.ID), ServiceIndex: uint64(i + 1), CheckIndex: uint64(i + 1), HasCheck: true}
+		owned[in.ID] = Hold(consul.Registered{Instance: in, Node: cfg.Cluster.NodeNameFor(in.ID), ServiceIndex: uint64(i + 1), CheckIndex: uint64(i + 1), HasCheck: true})
 	}
 	return owned
 }
@@ -68,12 +67,12 @@ func BenchmarkDiff(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		nodeOf := cfg.Cluster.NodeNameFor
+		nodeOf, mark := cfg.Cluster.NodeNameFor, MarkOf(cfg.Cluster)
 		b.Run(fmt.Sprintf("in-sync/instances=%d", n), func(b *testing.B) {
 			owned := ownedOf(cfg, spec.Instances)
 			b.ReportAllocs()
 			for b.Loop() {
-				if ch := Diff(spec.Instances, owned, nodeOf); !ch.Empty() {
+				if ch := Diff(spec.Instances, owned, nodeOf, mark); !ch.Empty() {
 					b.Fatal("in sync, yet a change")
 				}
 			}
@@ -85,7 +84,7 @@ func BenchmarkDiff(b *testing.B) {
 			owned[r.ID] = r
 			b.ReportAllocs()
 			for b.Loop() {
-				if ch := Diff(spec.Instances, owned, nodeOf); len(ch.Update) != 1 {
+				if ch := Diff(spec.Instances, owned, nodeOf, mark); len(ch.Update) != 1 {
 					b.Fatalf("%d updates, want 1", len(ch.Update))
 				}
 			}
@@ -99,47 +98,5 @@ func BenchmarkNotify(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Notify() // not running: nothing drains the trigger, as for a worker that cannot flush
-	}
-}
-
-// TestReadEntriesAdoptTheDesiredInstances: owned entries read from Consul
-// (their own copies of every string, as JSON decoding makes them) that
-// equal the desired instances take the desired instances' fields on the
-// first look that writes nothing, so a restarted fleet does not keep a
-// second copy of every tag and meta string.
-func TestReadEntriesAdoptTheDesiredInstances(t *testing.T) {
-	svc := benchSvc(3)
-	spec, err := Desired(svc, testConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var read []consul.Registered
-	readMeta := map[string]uintptr{}
-	for i, in := range spec.Instances {
-		c := cloneInstance(in) // what a read decodes: equal, not shared
-		read = append(read, consul.Registered{Instance: c, Node: testCluster(t).NodeName(), ServiceIndex: uint64(i + 1), CheckIndex: uint64(i + 1), HasCheck: true})
-		readMeta[c.ID] = reflect.ValueOf(c.Meta).Pointer()
-	}
-	h := newHarness(t, svc, func(h *harness, o *Options) { o.Owned = read })
-	h.start()
-	if f := h.flush(); f.Wrote || f.Err != nil {
-		t.Fatalf("first look: %+v, want nothing written", f)
-	}
-	if err := h.stop(); err != nil {
-		t.Fatal(err)
-	}
-	if len(h.w.owned) != len(read) {
-		t.Fatalf("%d owned entries, want %d", len(h.w.owned), len(read))
-	}
-	for id, r := range h.w.owned {
-		if reflect.ValueOf(r.Meta).Pointer() == readMeta[id] {
-			t.Errorf("%s still holds the meta map it was read with", id)
-		}
-		if r.ServiceIndex == 0 || !r.HasCheck {
-			t.Errorf("%s lost its indexes: %+v", id, r)
-		}
-	}
-	if applies, _ := h.store.counts(); applies != 0 {
-		t.Errorf("%d applies, want 0", applies)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // Consul name changed, or that sits on another node than nodeOf says (the
 // cluster's number of nodes changed), is deregistered and registered again
 // in the same change (the catalog cannot rename or move an entry in place).
-func Diff(desired []consul.Instance, owned map[string]consul.Registered, nodeOf func(id string) string) consul.Change {
+// The entries it updates or deletes carry mark (Held.Registered).
+func Diff(desired []consul.Instance, owned map[string]Held, nodeOf func(id string) string, mark Mark) consul.Change {
 	var ch consul.Change
 	want := make(map[string]bool, len(desired))
 	for _, d := range desired {
@@ -23,15 +24,15 @@ func Diff(desired []consul.Instance, owned map[string]consul.Registered, nodeOf 
 		case !ok:
 			ch.Register = append(ch.Register, d)
 		case have.Name != d.Name, nodeOf != nil && have.Node != nodeOf(d.ID):
-			ch.Deregister = append(ch.Deregister, have)
+			ch.Deregister = append(ch.Deregister, have.Registered(mark))
 			ch.Register = append(ch.Register, d)
-		case !d.Equal(have.Instance) || !have.HasCheck:
-			ch.Update = append(ch.Update, consul.Update{Want: d, Have: have})
+		case !have.HasCheck || !have.Is(d):
+			ch.Update = append(ch.Update, consul.Update{Want: d, Have: have.Registered(mark)})
 		}
 	}
 	for id, have := range owned {
 		if !want[id] {
-			ch.Deregister = append(ch.Deregister, have)
+			ch.Deregister = append(ch.Deregister, have.Registered(mark))
 		}
 	}
 	sort.Slice(ch.Deregister, func(i, j int) bool { return ch.Deregister[i].ID < ch.Deregister[j].ID })

@@ -22,6 +22,15 @@ func ownedMap(rs ...consul.Registered) map[string]consul.Registered {
 	return m
 }
 
+// holdAll is owned as a worker holds it.
+func holdAll(owned map[string]consul.Registered) map[string]Held {
+	out := make(map[string]Held, len(owned))
+	for id, r := range owned {
+		out[id] = Hold(r)
+	}
+	return out
+}
+
 // placeEast puts every instance on k8s-east, where registered puts them.
 func placeEast(string) string { return "k8s-east" }
 
@@ -109,32 +118,40 @@ func TestDiff(t *testing.T) {
 			for i, d := range tt.desired {
 				desired[i] = cloneInstance(d)
 			}
-			owned := maps.Clone(tt.owned)
-			got := Diff(tt.desired, tt.owned, placeEast)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Diff:\n got %+v\nwant %+v", got, tt.want)
+			mark := MarkOf(testCluster(t))
+			held := holdAll(tt.owned)
+			owned := maps.Clone(held)
+			got := Diff(tt.desired, held, placeEast, mark)
+			want := tt.want
+			want.Deregister = nil
+			for _, r := range tt.want.Deregister {
+				want.Deregister = append(want.Deregister, Hold(r).Registered(mark))
+			}
+			want.Update = nil
+			for _, u := range tt.want.Update {
+				want.Update = append(want.Update, consul.Update{Want: u.Want, Have: Hold(u.Have).Registered(mark)})
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Diff:\n got %+v\nwant %+v", got, want)
 			}
 			if got.Empty() != (tt.want.Len() == 0) || got.Len() != tt.want.Len() {
 				t.Errorf("Empty() = %v, Len() = %d", got.Empty(), got.Len())
 			}
-			if !reflect.DeepEqual(desired, append([]consul.Instance{}, tt.desired...)) || !reflect.DeepEqual(owned, tt.owned) {
+			if !reflect.DeepEqual(desired, append([]consul.Instance{}, tt.desired...)) || !maps.Equal(owned, held) {
 				t.Error("Diff modified its inputs")
 			}
 			// Applying the change to owned gives desired.
-			after := maps.Clone(tt.owned)
-			if after == nil {
-				after = map[string]consul.Registered{}
-			}
+			after := maps.Clone(held)
 			for _, r := range got.Deregister {
 				delete(after, r.ID)
 			}
 			for _, u := range got.Update {
-				after[u.Want.ID] = registered(u.Want, 0)
+				after[u.Want.ID] = Hold(registered(u.Want, 0))
 			}
 			for _, r := range got.Register {
-				after[r.ID] = registered(r, 0)
+				after[r.ID] = Hold(registered(r, 0))
 			}
-			if again := Diff(tt.desired, after, placeEast); !again.Empty() {
+			if again := Diff(tt.desired, after, placeEast, mark); !again.Empty() {
 				t.Errorf("change does not converge: %+v left", again)
 			}
 		})
@@ -158,7 +175,7 @@ func TestOwnedOf(t *testing.T) {
 	delete(noService.Meta, MetaService)
 
 	got := OwnedOf(cluster, testKey, []consul.Registered{a, other, foreignNode, foreignMark, untagged, otherNS})
-	if want := ownedMap(a); !reflect.DeepEqual(got, want) {
+	if want := holdAll(ownedMap(a)); !maps.Equal(got, want) {
 		t.Errorf("OwnedOf = %v, want only %s", got, a.ID)
 	}
 	byKey, skipped := GroupOwned(cluster, []consul.Registered{a, other, foreignNode, foreignMark, untagged, otherNS, noService})

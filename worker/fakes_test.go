@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -659,7 +660,8 @@ func (h *harness) holds(want []consul.Instance) {
 }
 
 // describe summarises a change: +addr:port registered, ~addr:port updated
-// (with its user tags), -addr:port deregistered.
+// (with its user tags), -addr:port deregistered (from the ID: an entry to
+// delete is handed over as held, without its address).
 func describe(ch consul.Change) []string {
 	var out []string
 	for _, r := range ch.Register {
@@ -669,7 +671,12 @@ func describe(ch consul.Change) []string {
 		out = append(out, fmt.Sprintf("~%s:%d%v", u.Want.Address, u.Want.Port, u.Want.Tags))
 	}
 	for _, r := range ch.Deregister {
-		out = append(out, fmt.Sprintf("-%s:%d", r.Address, r.Port))
+		parts := strings.Split(r.ID, "_")
+		if len(parts) < 2 {
+			out = append(out, "-"+r.ID)
+			continue
+		}
+		out = append(out, "-"+parts[len(parts)-2]+":"+parts[len(parts)-1])
 	}
 	return out
 }

@@ -133,9 +133,6 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 		}
 		res.desired = len(desired)
 		if ch.Empty() {
-			if w.adopt {
-				w.adoptDesired(desired)
-			}
 			res.finished = len(w.owned) == 0 && !w.selected()
 			return res, nil
 		}
@@ -216,7 +213,7 @@ func (w *Worker) look() (desired []consul.Instance, ch consul.Change, res syncRe
 	deep(func() {
 		desired, res, err = w.desired()
 		if err == nil && !res.invalid {
-			ch = Diff(desired, w.owned, w.nodeOf)
+			ch = Diff(desired, w.owned, w.nodeOf, w.mark)
 		}
 	})
 	return desired, ch, res, err
@@ -307,30 +304,14 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	w.verified = nil // a read by node: no name's index
 	w.owned = OwnedOf(c, w.opts.Key, entries)
 	w.foreign = ForeignOf(c, w.opts.Key, entries)
-	w.ownedKnown, w.adopt = true, true
+	w.ownedKnown = true
 	return nil
-}
-
-// adoptDesired gives every owned entry equal to its desired instance the
-// desired instance's fields. An entry read from Consul holds its own copy
-// of every tag and meta string (decoded JSON, ~0.5 KiB per instance); a
-// desired instance shares them with the Kubernetes objects and the code.
-// So a fleet read at start, or re-read by anti-entropy, keeps the memory a
-// cold start leaves. Called on a look that found nothing to write.
-func (w *Worker) adoptDesired(desired []consul.Instance) {
-	for _, d := range desired {
-		if have, ok := w.owned[d.ID]; ok && have.Instance.Equal(d) {
-			have.Instance = d
-			w.owned[d.ID] = have
-		}
-	}
-	w.adopt = false
 }
 
 // lossEvidence compares the entries a worker held with a fresh read: an
 // entry now older than written, or gone, was lost by Consul (or deleted by
 // someone: either way every worker should look). "" when there is none.
-func lossEvidence(held, now, foreign map[string]consul.Registered) string {
+func lossEvidence(held, now map[string]Held, foreign map[string]consul.Registered) string {
 	older, gone := 0, 0
 	example := ""
 	for id, h := range held {
@@ -360,6 +341,6 @@ func (w *Worker) merge(a consul.Applied) {
 		delete(w.owned, id)
 	}
 	for _, r := range a.Written {
-		w.owned[r.ID] = r
+		w.owned[r.ID] = Hold(r)
 	}
 }

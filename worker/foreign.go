@@ -37,7 +37,7 @@ func ForeignOf(cluster ownership.Cluster, key k8s.Key, entries []consul.Register
 // Unblocked returns desired without the instances whose ID a foreign entry
 // holds on the node they would be registered on (and that are not already
 // ours elsewhere), with one message per instance left out. It is pure.
-func Unblocked(desired []consul.Instance, owned, foreign map[string]consul.Registered, nodeOf func(id string) string) ([]consul.Instance, []string) {
+func Unblocked(desired []consul.Instance, owned map[string]Held, foreign map[string]consul.Registered, nodeOf func(id string) string) ([]consul.Instance, []string) {
 	if len(foreign) == 0 {
 		return desired, nil
 	}

@@ -27,12 +27,12 @@ func TestInstanceStaysWhenItsNewNodeHoldsAForeignEntry(t *testing.T) {
 	want := spread.Stamp(consul.Instance{ID: id, Name: testName, Address: "10.0.0.1", Port: 8080,
 		Meta: map[string]string{MetaNamespace: testKey.Namespace, MetaService: testKey.Name}, Check: consul.Check{Status: consul.StatusPassing}})
 	w := New(Options{Key: testKey, Config: cfg, Lookup: func() (*k8s.Service, bool) { return nil, false }, Store: newFakeStore(t, spread)})
-	w.owned = map[string]consul.Registered{id: {Instance: want, Node: spread.NodeName(), ServiceIndex: 10, HasCheck: true}}
-	if ch := Diff([]consul.Instance{want}, w.owned, w.nodeOf); len(ch.Register) != 1 {
+	w.owned = map[string]Held{id: Hold(consul.Registered{Instance: want, Node: spread.NodeName(), ServiceIndex: 10, HasCheck: true})}
+	if ch := Diff([]consul.Instance{want}, w.owned, w.nodeOf, w.mark); len(ch.Register) != 1 {
 		t.Fatalf("without a foreign entry the instance moves home: %+v", ch)
 	}
 	w.foreign = map[string]consul.Registered{id: {Instance: consul.Instance{ID: id, Name: testName, Tags: []string{"theirs"}}, Node: home, ServiceIndex: 20}}
-	if ch := Diff([]consul.Instance{want}, w.owned, w.nodeOf); !ch.Empty() {
+	if ch := Diff([]consul.Instance{want}, w.owned, w.nodeOf, w.mark); !ch.Empty() {
 		t.Fatalf("moved onto a node where someone else's entry holds the ID: %+v", ch)
 	}
 }
@@ -40,21 +40,24 @@ func TestInstanceStaysWhenItsNewNodeHoldsAForeignEntry(t *testing.T) {
 // TestLossEvidence: entries gone or older than written are evidence; an
 // entry that someone re-registered under our ID is not.
 func TestLossEvidence(t *testing.T) {
-	reg := func(id string, index uint64) consul.Registered {
+	reg := func(id string, index uint64) Held {
+		return Held{ID: id, ServiceIndex: index}
+	}
+	held := map[string]Held{"a": reg("a", 10), "b": reg("b", 20), "c": reg("c", 30)}
+	foreign := func(id string, index uint64) consul.Registered {
 		return consul.Registered{Instance: consul.Instance{ID: id}, ServiceIndex: index}
 	}
-	held := map[string]consul.Registered{"a": reg("a", 10), "b": reg("b", 20), "c": reg("c", 30)}
 	for _, tc := range []struct {
 		name    string
-		now     map[string]consul.Registered
+		now     map[string]Held
 		foreign map[string]consul.Registered
 		want    string // substring; "" means no evidence
 	}{
-		{"unchanged", map[string]consul.Registered{"a": reg("a", 10), "b": reg("b", 20), "c": reg("c", 30)}, nil, ""},
-		{"changed by us since", map[string]consul.Registered{"a": reg("a", 11), "b": reg("b", 20), "c": reg("c", 30)}, nil, ""},
-		{"older than written", map[string]consul.Registered{"a": reg("a", 10), "b": reg("b", 15), "c": reg("c", 30)}, nil, "1 of 3 entries older"},
-		{"gone", map[string]consul.Registered{"a": reg("a", 10)}, nil, "2 gone"},
-		{"re-registered by someone else", map[string]consul.Registered{"a": reg("a", 10), "b": reg("b", 20)}, map[string]consul.Registered{"c": reg("c", 40)}, ""},
+		{"unchanged", map[string]Held{"a": reg("a", 10), "b": reg("b", 20), "c": reg("c", 30)}, nil, ""},
+		{"changed by us since", map[string]Held{"a": reg("a", 11), "b": reg("b", 20), "c": reg("c", 30)}, nil, ""},
+		{"older than written", map[string]Held{"a": reg("a", 10), "b": reg("b", 15), "c": reg("c", 30)}, nil, "1 of 3 entries older"},
+		{"gone", map[string]Held{"a": reg("a", 10)}, nil, "2 gone"},
+		{"re-registered by someone else", map[string]Held{"a": reg("a", 10), "b": reg("b", 20)}, map[string]consul.Registered{"c": foreign("c", 40)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := lossEvidence(held, tc.now, tc.foreign)

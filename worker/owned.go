@@ -7,15 +7,15 @@ import (
 )
 
 // OwnedOf keeps the entries that cluster owns and that belong to Service
-// key (by their k8s-namespace and k8s-service meta), keyed by ID.
-func OwnedOf(cluster ownership.Cluster, key k8s.Key, entries []consul.Registered) map[string]consul.Registered {
-	out := make(map[string]consul.Registered)
+// key (by their k8s-namespace and k8s-service meta), keyed by ID, as Held.
+func OwnedOf(cluster ownership.Cluster, key k8s.Key, entries []consul.Registered) map[string]Held {
+	out := make(map[string]Held)
 	for _, r := range entries {
 		if cluster.Owns(r) != nil {
 			continue
 		}
 		if r.Meta[MetaNamespace] == key.Namespace && r.Meta[MetaService] == key.Name {
-			out[r.ID] = r
+			out[r.ID] = Hold(r)
 		}
 	}
 	return out

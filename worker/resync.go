@@ -84,7 +84,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	}
 	w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.foreign = ForeignOf(w.opts.Config.Cluster, w.opts.Key, entries)
-	w.ownedKnown, w.adopt = true, true
+	w.ownedKnown = true
 	w.verified = v.complete(w.entryNodes())
 	return true, nil
 }

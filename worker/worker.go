@@ -121,9 +121,9 @@ type Worker struct {
 	events       atomic.Uint64
 
 	// Owned by the Run goroutine.
-	owned       map[string]consul.Registered
+	owned       map[string]Held
 	ownedKnown  bool
-	adopt       bool                         // owned came from a read: see adoptDesired
+	mark        Mark                         // the cluster's, for the entries a diff hands the writer
 	foreign     map[string]consul.Registered // someone else's entries under our IDs (see ForeignOf)
 	blockedNow  int                          // desired instances the last sync left out for them
 	lastWrite   time.Time                    // when the last Apply returned
@@ -178,16 +178,15 @@ func New(opts Options) *Worker {
 		adoptC:     make(chan adoption, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
-	w.owned = make(map[string]consul.Registered, len(opts.Owned))
+	w.owned = make(map[string]Held, len(opts.Owned))
 	for _, r := range opts.Owned {
-		w.owned[r.ID] = r
+		w.owned[r.ID] = Hold(r)
 	}
 	// Not kept: the map is the worker's state, and the slice (the fleet's
-	// read at start, decoded JSON and all) would outlive the adoption of
-	// the desired instances' strings (adoptDesired) for the whole run:
-	// 70 MiB at 10,000 Services x 10.
+	// read at start, decoded JSON and all) would stay reachable for the
+	// whole run: 70 MiB at 10,000 Services x 10.
 	w.opts.Owned = nil
-	w.adopt = len(w.owned) > 0
+	w.mark = MarkOf(opts.Config.Cluster)
 	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
 		Window: opts.Config.DefaultWindow, Registered: len(w.owned),
 		Latency: NewHistogram(LatencyBuckets), Coalesced: NewHistogram(CoalescedBuckets)}
@@ -342,7 +341,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			} else {
 				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
 				w.verified = nil // a read by node: no name's index
-				w.ownedKnown, w.adopt = true, true
+				w.ownedKnown = true
 			}
 			w.resyncDue, w.resyncTimed = false, false // this is the pass, every name included
 			s.dirty = true

@@ -453,6 +453,7 @@ func TestRunConflict(t *testing.T) {
 			o.Owned = []consul.Registered{old}
 		})
 		h.store.edit(aID, func(r *consul.Registered) { r.Meta["edited-by"] = "someone" })
+		edited := h.store.entry(aID)
 		h.start()
 		if f := h.flush(); f.Wrote { // the worker's view agrees: nothing to write
 			t.Fatalf("first flush wrote")
@@ -469,7 +470,8 @@ func TestRunConflict(t *testing.T) {
 		}
 		wantChange(t, first, "~10.0.0.1:8080[k8s blue east]")
 		wantChange(t, second, "~10.0.0.1:8080[k8s blue east]")
-		if first.Update[0].Have.ServiceIndex != old.ServiceIndex || second.Update[0].Have.Meta["edited-by"] != "someone" {
+		if first.Update[0].Have.ServiceIndex != old.ServiceIndex || second.Update[0].Have.ServiceIndex != edited.ServiceIndex ||
+			edited.ServiceIndex == old.ServiceIndex {
 			t.Errorf("second Apply not based on a fresh read: %+v", second.Update[0].Have)
 		}
 		_, reads := h.store.counts()
