@@ -218,15 +218,27 @@ func (c Cluster) IDPrefix(namespace, service string) string {
 // under the mark's keys are overwritten.
 func (c Cluster) Stamp(inst consul.Instance) consul.Instance {
 	out := inst
-	out.Meta = maps.Clone(inst.Meta)
-	if out.Meta == nil {
-		out.Meta = make(map[string]string, 2)
-	}
-	out.Meta[MetaExternalSource] = ExternalSource
-	out.Meta[MetaCluster] = c.id
-	out.Tags = slices.Clone(inst.Tags)
-	if !slices.Contains(out.Tags, c.Tag()) {
-		out.Tags = append(out.Tags, c.Tag())
+	out.Meta = make(map[string]string, len(inst.Meta)+2)
+	maps.Copy(out.Meta, inst.Meta)
+	c.StampMeta(out.Meta)
+	out.Tags = c.StampTags(inst.Tags)
+	return out
+}
+
+// StampMeta writes the mark's meta pair into m, which the caller owns
+// (Stamp without the copy, for a map built for one instance).
+func (c Cluster) StampMeta(m map[string]string) {
+	m[MetaExternalSource] = ExternalSource
+	m[MetaCluster] = c.id
+}
+
+// StampTags returns a copy of tags with the mark's tag appended unless it
+// is there: the tags of a stamped instance, which every instance of one
+// Service can share (nothing writes an instance's tags).
+func (c Cluster) StampTags(tags []string) []string {
+	out := slices.Clone(tags)
+	if !slices.Contains(out, c.Tag()) {
+		out = append(out, c.Tag())
 	}
 	return out
 }

@@ -118,7 +118,7 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 	if err != nil {
 		return spec, err
 	}
-	bd := &builder{svc: svc, cfg: cfg, b: base{name: name, tags: tags, meta: meta, port: port}}
+	bd := &builder{svc: svc, cfg: cfg, b: base{name: name, tags: cfg.Cluster.StampTags(tags), meta: meta, port: port}}
 	switch kindOf(svc, cfg) {
 	case kindExternalIPs, kindLoadBalancer:
 		w, err := weight(svc)

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -81,7 +82,7 @@ func kindOf(svc *k8s.Service, cfg Config) kind {
 // base is what every instance of one Service shares.
 type base struct {
 	name string
-	tags []string
+	tags []string          // stamped (ownership.Cluster.StampTags)
 	meta map[string]string // user meta
 	port PortChoice
 }
@@ -100,17 +101,24 @@ func (bd *builder) problem(format string, args ...any) {
 	bd.problems = append(bd.problems, fmt.Sprintf("service %s: ", bd.svc.Key)+fmt.Sprintf(format, args...))
 }
 
+// add appends an instance with meta, a map built for it alone, which
+// add stamps in place, and its own copy of the Service's stamped tags
+// (instances share nothing: TestDesiredInstancesShareNothing).
 func (bd *builder) add(address string, port int, weight int, meta map[string]string, check consul.Check) {
-	bd.out = append(bd.out, bd.cfg.Cluster.Stamp(consul.Instance{
+	if meta == nil {
+		meta = make(map[string]string, 2)
+	}
+	bd.cfg.Cluster.StampMeta(meta)
+	bd.out = append(bd.out, consul.Instance{
 		ID:      bd.cfg.Cluster.InstanceID(bd.svc.Namespace, bd.svc.Name, address, port),
 		Name:    bd.b.name,
 		Address: address,
 		Port:    port,
 		Weight:  weight,
-		Tags:    bd.b.tags,
+		Tags:    slices.Clone(bd.b.tags),
 		Meta:    meta,
 		Check:   check,
-	}))
+	})
 }
 
 // servicePort is the port consul-k8s gives instances that are not
