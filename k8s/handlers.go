@@ -2,7 +2,6 @@ package k8s
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
@@ -68,12 +67,12 @@ func (w *Watcher) serviceDeleted(obj any) {
 }
 
 func (w *Watcher) sliceChanged(obj any) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := obj.(*cachedSlice)
 	if !ok {
 		w.log.Warn("Ignoring unexpected object from the EndpointSlice informer", "type", typeName(obj))
 		return
 	}
-	if key, ok := sliceServiceKey(s); ok {
+	if key, ok := s.serviceKey(); ok {
 		w.notify(key)
 	}
 }
@@ -81,13 +80,13 @@ func (w *Watcher) sliceChanged(obj any) {
 // sliceMoved notifies the Service a slice used to belong to, when an update
 // changed its kubernetes.io/service-name label.
 func (w *Watcher) sliceMoved(oldObj, newObj any) {
-	oldSlice, ok1 := oldObj.(*discoveryv1.EndpointSlice)
-	newSlice, ok2 := newObj.(*discoveryv1.EndpointSlice)
+	oldSlice, ok1 := oldObj.(*cachedSlice)
+	newSlice, ok2 := newObj.(*cachedSlice)
 	if !ok1 || !ok2 {
 		return
 	}
-	oldKey, hadKey := sliceServiceKey(oldSlice)
-	newKey, _ := sliceServiceKey(newSlice)
+	oldKey, hadKey := oldSlice.serviceKey()
+	newKey, _ := newSlice.serviceKey()
 	if hadKey && oldKey != newKey {
 		w.notify(oldKey)
 	}

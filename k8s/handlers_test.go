@@ -21,7 +21,16 @@ func TestHandlers(t *testing.T) {
 	svc := newTestService("shop", "web")
 	svcRV2 := newTestService("shop", "web")
 	svcRV2.ResourceVersion = "2"
-	slice := newTestSlice("shop", "web-a", "web", v4, nil)
+	// The slice handler gets slices as the informer keeps them.
+	cached := func(s *discoveryv1.EndpointSlice) any {
+		obj, err := compactSlice(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj
+	}
+	raw := newTestSlice("shop", "web-a", "web", v4, nil)
+	slice := cached(raw)
 	sliceRV2 := newTestSlice("shop", "web-a", "web", v4, nil)
 	sliceRV2.ResourceVersion = "2"
 	moved := newTestSlice("shop", "web-a", "api", v4, nil)
@@ -74,32 +83,36 @@ func TestHandlers(t *testing.T) {
 		},
 		{
 			name:  "unchanged slice update without resync is dropped",
-			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, slice.DeepCopy()) },
+			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, cached(raw.DeepCopy())) },
 		},
 		{
 			name:   "unchanged slice update with resync notifies",
 			resync: time.Minute,
-			event:  func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, slice.DeepCopy()) },
+			event:  func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, cached(raw.DeepCopy())) },
 			want:   []Key{web},
 		},
 		{
 			name:  "changed slice update notifies",
-			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, sliceRV2) },
+			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, cached(sliceRV2)) },
 			want:  []Key{web},
 		},
 		{
 			name:  "slice moved to another service notifies both",
-			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, moved) },
+			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, cached(moved)) },
 			want:  []Key{web, api},
 		},
 		{
 			name:  "slice losing its label notifies the old service",
-			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, unlabelled) },
+			event: func(_, s cache.ResourceEventHandler) { s.OnUpdate(slice, cached(unlabelled)) },
 			want:  []Key{web},
 		},
 		{
 			name:  "unexpected object is ignored",
 			event: func(s, _ cache.ResourceEventHandler) { s.OnAdd(&discoveryv1.EndpointSlice{}, false) },
+		},
+		{
+			name:  "an EndpointSlice the transform did not see is ignored",
+			event: func(_, s cache.ResourceEventHandler) { s.OnAdd(raw, false) },
 		},
 	}
 	for _, tt := range tests {

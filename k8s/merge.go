@@ -26,7 +26,7 @@ type merger struct {
 // slices by name in place, so that "first known" is deterministic. The
 // result is sorted by Address, the problems are sorted; both are nil when
 // empty.
-func mergeSlices(slices []*discoveryv1.EndpointSlice) ([]Endpoint, []string) {
+func mergeSlices(slices []*cachedSlice) ([]Endpoint, []string) {
 	sortByName(slices)
 	m := &merger{index: make(map[string]int)}
 	for _, s := range slices {
@@ -35,28 +35,28 @@ func mergeSlices(slices []*discoveryv1.EndpointSlice) ([]Endpoint, []string) {
 	return m.result()
 }
 
-func (m *merger) addSlice(s *discoveryv1.EndpointSlice) {
+func (m *merger) addSlice(s *cachedSlice) {
 	report := func(format string, args ...any) {
 		m.problems = append(m.problems, fmt.Sprintf("EndpointSlice %s/%s: ", s.Namespace, s.Name)+fmt.Sprintf(format, args...))
 	}
-	if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-		report("addressType %s is not supported, ignored", s.AddressType)
+	if s.addressType != discoveryv1.AddressTypeIPv4 && s.addressType != discoveryv1.AddressTypeIPv6 {
+		report("addressType %s is not supported, ignored", s.addressType)
 		return
 	}
-	ports := slicePorts(s.Ports, report)
-	for i := range s.Endpoints {
-		m.addEndpoint(&s.Endpoints[i], i, s.AddressType, ports, report)
+	ports := slicePorts(s.ports, report)
+	for i := range s.endpoints {
+		m.addEndpoint(&s.endpoints[i], i, s.addressType, ports, report)
 	}
 }
 
 // addEndpoint adds every address of one slice endpoint.
-func (m *merger) addEndpoint(ep *discoveryv1.Endpoint, i int, family discoveryv1.AddressType, ports map[string]int32, report reporter) {
-	if len(ep.Addresses) == 0 {
+func (m *merger) addEndpoint(ep *cachedEndpoint, i int, family discoveryv1.AddressType, ports map[string]int32, report reporter) {
+	if len(ep.addresses) == 0 {
 		report("endpoints[%d]: no addresses, ignored", i)
 		return
 	}
 	base := endpointOf(ep, i, report)
-	for j, raw := range ep.Addresses {
+	for j, raw := range ep.addresses {
 		reportAt := func(format string, args ...any) {
 			report("endpoints[%d].addresses[%d] %q: %s", i, j, raw, fmt.Sprintf(format, args...))
 		}
@@ -114,19 +114,15 @@ func (m *merger) result() ([]Endpoint, []string) {
 // endpointOf returns the conditions and location of ep (endpoints[i] of its
 // slice), without address or ports. A location field Consul cannot store
 // as a meta value is left out with a problem; the endpoint stays.
-func endpointOf(ep *discoveryv1.Endpoint, i int, report reporter) Endpoint {
-	ready := ptr.Deref(ep.Conditions.Ready, true)
-	e := Endpoint{
-		Ready:       ready,
-		Serving:     ptr.Deref(ep.Conditions.Serving, ready),
-		Terminating: ptr.Deref(ep.Conditions.Terminating, false),
-		Node:        metaValue(ptr.Deref(ep.NodeName, ""), i, "nodeName", report),
-		Zone:        metaValue(ptr.Deref(ep.Zone, ""), i, "zone", report),
+func endpointOf(ep *cachedEndpoint, i int, report reporter) Endpoint {
+	return Endpoint{
+		Ready:       ep.ready,
+		Serving:     ep.serving,
+		Terminating: ep.terminating,
+		Pod:         metaValue(ep.pod, i, "targetRef.name", report),
+		Node:        metaValue(ep.node, i, "nodeName", report),
+		Zone:        metaValue(ep.zone, i, "zone", report),
 	}
-	if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
-		e.Pod = metaValue(ep.TargetRef.Name, i, "targetRef.name", report)
-	}
-	return e
 }
 
 // MaxMetaValueLen is Consul's limit on a service meta value, in bytes.
@@ -180,6 +176,6 @@ func isAllPorts(ports []discoveryv1.EndpointPort) bool {
 	return len(ports) == 1 && ports[0].Port == nil && ptr.Deref(ports[0].Name, "") == ""
 }
 
-func sortByName(s []*discoveryv1.EndpointSlice) {
-	slices.SortFunc(s, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+func sortByName(s []*cachedSlice) {
+	slices.SortFunc(s, func(a, b *cachedSlice) int { return cmp.Compare(a.Name, b.Name) })
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -38,17 +37,17 @@ func stripNode(obj any) (any, error) {
 // endpoints, so that the Services with endpoints on a node are found
 // without a scan.
 func sliceNodeIndexFunc(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := obj.(*cachedSlice)
 	if !ok {
 		return nil, fmt.Errorf("index endpointslice: unexpected type %T", obj)
 	}
-	if _, ok := sliceServiceKey(s); !ok {
+	if _, ok := s.serviceKey(); !ok {
 		return nil, nil
 	}
 	var nodes []string
-	for _, ep := range s.Endpoints {
-		if ep.NodeName != nil && *ep.NodeName != "" && !slices.Contains(nodes, *ep.NodeName) {
-			nodes = append(nodes, *ep.NodeName)
+	for _, ep := range s.endpoints {
+		if ep.node != "" && !slices.Contains(nodes, ep.node) {
+			nodes = append(nodes, ep.node)
 		}
 	}
 	return nodes, nil
@@ -105,11 +104,11 @@ func (w *Watcher) servicesOnNode(node string) []Key {
 	}
 	var keys []Key
 	for _, obj := range objs {
-		s, ok := obj.(*discoveryv1.EndpointSlice)
+		s, ok := obj.(*cachedSlice)
 		if !ok {
 			continue
 		}
-		key, ok := sliceServiceKey(s)
+		key, ok := s.serviceKey()
 		if !ok || slices.Contains(keys, key) || !w.isNodePort(key) {
 			continue
 		}

@@ -2,7 +2,6 @@ package k8s
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -54,7 +53,7 @@ type Service struct {
 }
 
 // newService builds the view of svc from its EndpointSlices.
-func newService(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) *Service {
+func newService(svc *corev1.Service, slices []*cachedSlice) *Service {
 	endpoints, problems := mergeSlices(slices)
 	return &Service{
 		Key:          Key{Namespace: svc.Namespace, Name: svc.Name},

@@ -89,7 +89,7 @@ func NewWatcherWith(client kubernetes.Interface, opts WatcherOptions) *Watcher {
 			return discovery.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
 		})
 	w.setup(w.services, "Service", w.serviceHandler(), stripForCache)
-	w.setup(w.slices, "EndpointSlice", w.sliceHandler(), stripForCache)
+	w.setup(w.slices, "EndpointSlice", w.sliceHandler(), compactSlice)
 	if opts.Nodes {
 		w.nodes = w.informer(client, "Node", &corev1.Node{}, cache.Indexers{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -253,14 +253,14 @@ func endpointNodes(eps []Endpoint) []string {
 }
 
 // slicesOf returns the cached EndpointSlices labelled for key.
-func (w *Watcher) slicesOf(key Key) ([]*discoveryv1.EndpointSlice, error) {
+func (w *Watcher) slicesOf(key Key) ([]*cachedSlice, error) {
 	objs, err := w.slices.GetIndexer().ByIndex(sliceServiceIndex, key.String())
 	if err != nil {
 		return nil, fmt.Errorf("get endpointslices of %s from cache: %w", key, err)
 	}
-	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	out := make([]*cachedSlice, 0, len(objs))
 	for _, obj := range objs {
-		s, ok := obj.(*discoveryv1.EndpointSlice)
+		s, ok := obj.(*cachedSlice)
 		if !ok {
 			return nil, fmt.Errorf("get endpointslices of %s from cache: unexpected type %T", key, obj)
 		}
@@ -288,23 +288,13 @@ func (w *Watcher) Keys() []Key {
 // kubernetes.io/service-name label names; unlabelled slices are not
 // indexed.
 func sliceIndexFunc(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := obj.(*cachedSlice)
 	if !ok {
 		return nil, fmt.Errorf("index endpointslice: unexpected type %T", obj)
 	}
-	key, ok := sliceServiceKey(s)
+	key, ok := s.serviceKey()
 	if !ok {
 		return nil, nil
 	}
 	return []string{key.String()}, nil
-}
-
-// sliceServiceKey returns the Service a slice belongs to, from its
-// kubernetes.io/service-name label.
-func sliceServiceKey(s *discoveryv1.EndpointSlice) (Key, bool) {
-	name := s.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return Key{}, false
-	}
-	return Key{Namespace: s.Namespace, Name: name}, true
 }
