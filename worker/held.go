@@ -3,6 +3,7 @@ package worker
 import (
 	"hash/maphash"
 	"math/bits"
+	"unique"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
@@ -26,10 +27,21 @@ type Held struct {
 	sum          digest
 }
 
-// Hold keeps what a worker needs of r.
+// Hold keeps what a worker needs of r. The strings many entries share
+// (name, node, namespace, check status and output) are interned: an entry
+// read from Consul has its own decoded copy of each, ~70 bytes.
 func Hold(r consul.Registered) Held {
-	return Held{ID: r.ID, Name: r.Name, Node: r.Node, Namespace: r.Namespace, Check: r.Check,
+	return Held{ID: r.ID, Name: intern(r.Name), Node: intern(r.Node), Namespace: intern(r.Namespace),
+		Check:        consul.Check{Status: intern(r.Check.Status), Output: intern(r.Check.Output)},
 		ServiceIndex: r.ServiceIndex, CheckIndex: r.CheckIndex, HasCheck: r.HasCheck, sum: sumOf(r.Instance)}
+}
+
+// intern returns the one copy of s (package unique).
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
 }
 
 // Is reports whether in is the instance h holds, in every field Consul

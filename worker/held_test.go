@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
@@ -133,5 +135,21 @@ func TestWorkerStartedWithTheReadWritesNothing(t *testing.T) {
 	}
 	if applies, _ := h.store.counts(); applies != 0 {
 		t.Errorf("%d applies, want 0", applies)
+	}
+}
+
+// TestHeldSharesRepeatedStrings: entries read from Consul (each with its
+// own decoded copy of name, node and check) hold one copy of each.
+func TestHeldSharesRepeatedStrings(t *testing.T) {
+	read := func() consul.Registered {
+		return consul.Registered{Instance: consul.Instance{ID: "x", Name: strings.Clone("web"),
+			Check: consul.Check{Status: strings.Clone(consul.StatusPassing), Output: strings.Clone(OutputReady)}},
+			Node: strings.Clone("k8s-east.7")}
+	}
+	a, b := Hold(read()), Hold(read())
+	for _, pair := range [][2]string{{a.Name, b.Name}, {a.Node, b.Node}, {a.Check.Status, b.Check.Status}, {a.Check.Output, b.Check.Output}} {
+		if pair[0] != pair[1] || unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+			t.Errorf("%q and %q are two copies", pair[0], pair[1])
+		}
 	}
 }
