@@ -45,7 +45,8 @@ type catalogAPI interface {
 	NodeServices(node string, q *api.QueryOptions) (*wireNodeServices, *api.QueryMeta, error)
 	NodeChecks(node string, q *api.QueryOptions) ([]*wireCheck, *api.QueryMeta, error)
 	ServiceEntries(name string, q *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error)
-	CommitTxn(ops api.TxnOps, q *api.QueryOptions) (bool, *wireTxnResponse, error)
+	// CommitTxn sends ops, whose JSON is body (nil: encode ops).
+	CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error)
 	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 	CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error)
 	KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error)

@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -37,10 +38,14 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 			return nil, err
 		}
 		ops = append(ops, nodeOps...)
+		body, err := txnBody(ops, groups)
+		if err != nil {
+			return nil, err
+		}
 		for _, g := range groups {
 			ops = append(ops, g.ops...)
 		}
-		resp, err := c.commit(ctx, ops)
+		resp, err := c.commit(ctx, ops, body)
 		if err == nil {
 			c.recordNodes(resp)
 			created()
@@ -74,11 +79,41 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 	}
 }
 
-func (c *Client) commit(ctx context.Context, ops api.TxnOps) (*wireTxnResponse, error) {
+// txnBody is the JSON of a transaction of first followed by the ops of
+// groups, byte for byte what encoding/json makes of the whole list (and
+// consul/api sends), from the groups' own encoding (newGroup).
+func txnBody(first api.TxnOps, groups []group) ([]byte, error) {
+	n := 3
+	for _, g := range groups {
+		n += len(g.enc) + 1
+	}
+	body := make([]byte, 0, n+512*len(first))
+	body = append(body, '[')
+	for _, op := range first {
+		b, err := json.Marshal(op)
+		if err != nil {
+			return nil, fmt.Errorf("encode a transaction op: %w", err)
+		}
+		if len(body) > 1 {
+			body = append(body, ',')
+		}
+		body = append(body, b...)
+	}
+	for _, g := range groups {
+		if len(body) > 1 {
+			body = append(body, ',')
+		}
+		body = append(body, g.enc...)
+	}
+	return append(body, ']', '\n'), nil
+}
+
+// commit sends ops as one transaction; body is their JSON (txnBody).
+func (c *Client) commit(ctx context.Context, ops api.TxnOps, body []byte) (*wireTxnResponse, error) {
 	start := time.Now()
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	ok, resp, err := c.api.CommitTxn(ops, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
+	ok, resp, err := c.api.CommitTxn(ops, body, c.opts.Scope.nodeQuery(&api.QueryOptions{}).WithContext(rctx))
 	if err == nil && !ok {
 		err = txnError(resp)
 	}

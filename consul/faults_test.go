@@ -440,8 +440,8 @@ type lostAnswerAPI struct {
 	lose *atomic.Bool
 }
 
-func (l lostAnswerAPI) CommitTxn(ops api.TxnOps, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
-	ok, resp, err := l.catalogAPI.CommitTxn(ops, q)
+func (l lostAnswerAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
+	ok, resp, err := l.catalogAPI.CommitTxn(ops, body, q)
 	if l.lose.Load() && err == nil {
 		return false, nil, errors.New("read tcp 127.0.0.1:8500: connection reset by peer")
 	}

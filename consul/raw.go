@@ -2,6 +2,7 @@ package consul
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -99,7 +100,40 @@ const maxPooled = 4 << 20
 // does: a status other than 200 is an api.StatusError.
 func (r *rawReads) query(path string, out any, q *api.QueryOptions) (*api.QueryMeta, error) {
 	u, header := r.rawQuery(path, q)
-	req, err := http.NewRequestWithContext(q.Context(), http.MethodGet, u.String(), nil)
+	h, err := r.do(q.Context(), http.MethodGet, u, header, nil, out)
+	if err != nil {
+		return nil, err
+	}
+	meta := &api.QueryMeta{}
+	if s := h.Get("X-Consul-Index"); s != "" {
+		if meta.LastIndex, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("parse X-Consul-Index: %w", err)
+		}
+	}
+	meta.KnownLeader = h.Get("X-Consul-KnownLeader") == "true"
+	return meta, nil
+}
+
+// write PUTs body (JSON) to path and decodes the answer into out, as
+// consul/api's Write does with the write options of q (namespace,
+// partition, datacenter, token): the URL and headers of rawQuery for
+// those alone, and consul/api's Content-Type.
+func (r *rawReads) write(path string, body []byte, out any, q *api.QueryOptions) error {
+	u, header := r.rawQuery(path, &api.QueryOptions{Namespace: q.Namespace, Partition: q.Partition, Datacenter: q.Datacenter, Token: q.Token})
+	header.Set("Content-Type", "application/json; charset=utf-8")
+	_, err := r.do(q.Context(), http.MethodPut, u, header, body, out)
+	return err
+}
+
+// do sends one request and decodes a 200 answer, read into a pooled
+// buffer, into out; it returns the answer's headers. Another status is an
+// api.StatusError with the answer as its body, as consul/api makes it.
+func (r *rawReads) do(ctx context.Context, method string, u *url.URL, header http.Header, body []byte, out any) (http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +162,8 @@ func (r *rawReads) query(path string, out any, q *api.QueryOptions) (*api.QueryM
 	if resp.StatusCode != http.StatusOK {
 		return nil, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(buf.String())}
 	}
-	meta := &api.QueryMeta{}
-	if s := resp.Header.Get("X-Consul-Index"); s != "" {
-		if meta.LastIndex, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return nil, fmt.Errorf("parse X-Consul-Index: %w", err)
-		}
-	}
-	meta.KnownLeader = resp.Header.Get("X-Consul-KnownLeader") == "true"
 	if err := json.Unmarshal(buf.Bytes(), out); err != nil {
 		return nil, err
 	}
-	return meta, nil
+	return resp.Header, nil
 }

@@ -2,6 +2,7 @@ package consul
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -131,5 +132,98 @@ func TestRawReadsAnswerAsTheAPIClient(t *testing.T) {
 	var se1, se2 api.StatusError
 	if !errors.As(err1, &se1) || !errors.As(err2, &se2) || se1 != se2 {
 		t.Errorf("a refused read: consul/api %v, raw %v", err1, err2)
+	}
+}
+
+// TestRawTxnSendsWhatTheAPIClientSends: a transaction sent from its
+// groups' own encoding (txnBody, rawReads.write) is byte for byte the
+// request consul/api sends for the same ops and options (method, path,
+// query, headers, body), and both decode a commit's and a rollback's
+// answer alike.
+func TestRawTxnSendsWhatTheAPIClientSends(t *testing.T) {
+	type seen struct {
+		method, path string
+		query        url.Values
+		header       http.Header
+		body         string
+	}
+	var mu sync.Mutex
+	var got []seen
+	answer, status := "", http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		header := r.Header.Clone()
+		header.Del("User-Agent")
+		header.Del("Accept-Encoding")
+		header.Del("Content-Length")
+		mu.Lock()
+		got = append(got, seen{r.Method, r.URL.EscapedPath(), r.URL.Query(), header, string(body)})
+		a, code := answer, status
+		mu.Unlock()
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(a))
+	}))
+	defer srv.Close()
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.Datacenter, cfg.Token = strings.TrimPrefix(srv.URL, "http://"), "dc9", "static-token"
+	cfg.HttpAuth = &api.HttpBasicAuth{Username: "proxy-user", Password: "proxy-secret"}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaAPI, viaRaw := apiAdapter{c: c}, apiAdapter{c: c, raw: newRawReads(cfg)}
+
+	owner := testOwner{id: "raw"}
+	client := NewClient(c, owner, Options{})
+	in := owner.instance(1, "web")
+	in.Meta["odd"] = `<quote"&backslash\ ünïcode>`
+	in.Tags = append(in.Tags, "a&b")
+	first := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: "fleetsync/claims/raw", Session: "s-1"}},
+		{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{Node: "k8s-raw", Address: "127.0.0.1", Meta: map[string]string{"k": "v"}, ModifyIndex: 3}}},
+	}
+	groups := []group{
+		newGroup("k8s-raw", kindRegister, client.serviceOp("k8s-raw", in, 0), client.checkOp("k8s-raw", in, 0)),
+		newGroup("k8s-raw", kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceDeleteCAS, Node: "k8s-raw",
+			Service: api.AgentService{ID: "gone", Service: "web", ModifyIndex: 9}}}),
+	}
+	body, err := txnBody(first, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := append(slices.Clone(first), groups[0].ops...)
+	ops = append(ops, groups[1].ops...)
+	for _, q := range []*api.QueryOptions{{}, {Namespace: "team", Partition: "p1", Datacenter: "dc2", Token: "per-request"}} {
+		for _, tc := range []struct {
+			answer string
+			status int
+			ok     bool
+		}{
+			{`{"Results":[{"Service":{"ID":"k8s_raw_1","ModifyIndex":12,"Tags":["x"]}},{"Check":{"CheckID":"c","ModifyIndex":13}},{"Node":{"Node":"k8s-raw","CreateIndex":1,"ModifyIndex":14}}],"Errors":null}`, http.StatusOK, true},
+			{`{"Results":null,"Errors":[{"OpIndex":2,"What":"failed to set service: CAS failed"}]}`, http.StatusConflict, false},
+		} {
+			mu.Lock()
+			got, answer, status = nil, tc.answer, tc.status
+			mu.Unlock()
+			ok1, r1, err1 := viaAPI.CommitTxn(ops, nil, q)
+			ok2, r2, err2 := viaRaw.CommitTxn(ops, body, q)
+			if err1 != nil || err2 != nil || ok1 != tc.ok || ok2 != tc.ok || !reflect.DeepEqual(r1, r2) {
+				t.Errorf("answer %d: consul/api %v %+v (%v), raw %v %+v (%v)", tc.status, ok1, r1, err1, ok2, r2, err2)
+			}
+			mu.Lock()
+			if len(got) != 2 || !reflect.DeepEqual(got[0], got[1]) {
+				t.Errorf("options %+v: requests differ:\nconsul/api %+v\nraw        %+v", q, got[0], got[1])
+			}
+			mu.Unlock()
+		}
+	}
+	mu.Lock()
+	answer, status = "no leader", http.StatusInternalServerError
+	mu.Unlock()
+	_, _, err1 := viaAPI.CommitTxn(ops, nil, &api.QueryOptions{})
+	_, _, err2 := viaRaw.CommitTxn(ops, body, &api.QueryOptions{})
+	var se1, se2 api.StatusError
+	if !errors.As(err1, &se1) || !errors.As(err2, &se2) || se1 != se2 {
+		t.Errorf("a refused transaction: consul/api %v, raw %v", err1, err2)
 	}
 }

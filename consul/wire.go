@@ -136,14 +136,21 @@ type wireTxnResult struct {
 	}
 }
 
-// CommitTxn sends ops as one transaction. ok is false when Consul rolled it
-// back (409; resp.Errors says why); err is for no answer or any other one.
-func (a apiAdapter) CommitTxn(ops api.TxnOps, q *api.QueryOptions) (ok bool, resp *wireTxnResponse, err error) {
-	w := (&api.WriteOptions{Namespace: q.Namespace, Partition: q.Partition, Datacenter: q.Datacenter, Token: q.Token}).WithContext(q.Context())
+// CommitTxn sends ops as one transaction: through rawReads when the
+// adapter has them (body as it is, the answer decoded from a pooled
+// buffer), else through consul/api. ok is false when Consul rolled it
+// back (409, resp.Errors say why).
+func (a apiAdapter) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (ok bool, resp *wireTxnResponse, err error) {
 	resp = &wireTxnResponse{}
-	_, err = a.c.Raw().Write("/v1/txn", ops, resp, w)
+	if a.raw != nil && body != nil {
+		err = a.raw.write("/v1/txn", body, resp, q)
+	} else {
+		w := (&api.WriteOptions{Namespace: q.Namespace, Partition: q.Partition, Datacenter: q.Datacenter, Token: q.Token}).WithContext(q.Context())
+		_, err = a.c.Raw().Write("/v1/txn", ops, resp, w)
+	}
 	var se api.StatusError
 	if errors.As(err, &se) && se.Code == http.StatusConflict {
+		resp = &wireTxnResponse{}
 		if jerr := json.Unmarshal([]byte(se.Body), resp); jerr != nil {
 			return false, nil, fmt.Errorf("decode the answer of a rolled back transaction: %w", jerr)
 		}
