@@ -71,12 +71,12 @@ func (m *merger) addEndpoint(ep *cachedEndpoint, i int, family discoveryv1.Addre
 	}
 }
 
-// add stores e with its own copy of ports, or merges it into the endpoint
-// already seen at the same address.
+// add stores e with ports, the map of its slice (shared, never written),
+// or merges it into the endpoint already seen at the same address.
 func (m *merger) add(e Endpoint, ports map[string]int32, report reporter) {
 	pos, seen := m.index[e.Address]
 	if !seen {
-		e.Ports = maps.Clone(ports)
+		e.Ports = ports
 		m.index[e.Address] = len(m.endpoints)
 		m.endpoints = append(m.endpoints, e)
 		return
@@ -85,13 +85,18 @@ func (m *merger) add(e Endpoint, ports map[string]int32, report reporter) {
 }
 
 // absorb merges another copy of the same address: ports are united (the
-// first number seen for a name wins), Ready and Serving are ORed,
+// first number seen for a name wins; e's map is copied before it changes,
+// as its slice's other endpoints share it), Ready and Serving are ORed,
 // Terminating is ANDed, and empty Pod, Node and Zone are filled in.
 func (e *Endpoint) absorb(other Endpoint, ports map[string]int32, report reporter) {
+	copied := false
 	for name, port := range ports {
 		have, ok := e.Ports[name]
 		switch {
 		case !ok:
+			if !copied {
+				e.Ports, copied = maps.Clone(e.Ports), true
+			}
 			e.Ports[name] = port
 		case have != port:
 			report("port %q is %d here but %d in an earlier copy of the address, kept %d", name, port, have, have)

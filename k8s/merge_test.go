@@ -83,6 +83,16 @@ func TestServiceMerge(t *testing.T) {
 			problems: []string{`EndpointSlice shop/web-b: endpoints[0].addresses[0] "10.0.0.1": port "admin" is 9001 here but 9000 in an earlier copy of the address, kept 9000`},
 		},
 		{
+			name: "a duplicate's ports reach only its own address, not the others of its slice",
+			slices: []*discoveryv1.EndpointSlice{
+				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
+					endpoint("p1", "10.0.0.1"), endpoint("p2", "10.0.0.2")),
+				newTestSlice("shop", "web-b", "web", v4, ports(namedPort("metrics", 9090)),
+					endpoint("p1", "10.0.0.1")),
+			},
+			want: []Endpoint{ready("10.0.0.1", "p1", map[string]int32{"http": 8080, "metrics": 9090}), ready("10.0.0.2", "p2", http)},
+		},
+		{
 			name: "duplicate address, both terminating, stays terminating",
 			slices: []*discoveryv1.EndpointSlice{
 				newTestSlice("shop", "web-a", "web", v4, ports(namedPort("http", 8080)),
