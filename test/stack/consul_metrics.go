@@ -3,6 +3,7 @@ package stack
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -22,8 +23,24 @@ func (c *Consul) RaftApplies() (float64, error) {
 	return c.counter(context.Background(), RaftApplyMetric)
 }
 
+// metricsTry bounds one read of the metrics and metricsTries the reads:
+// an agent busy serving a fleet's reads (a takeover of 10,000 Services
+// reads 100,000 instances) can take over 10 s to answer one.
+var metricsTry, metricsTries = 10 * time.Second, 4
+
 func (c *Consul) counter(ctx context.Context, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	var err error
+	for range metricsTries {
+		var v float64
+		if v, err = c.counterOnce(ctx, name); err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return v, err
+		}
+	}
+	return 0, fmt.Errorf("%w (%d tries of %s)", err, metricsTries, metricsTry)
+}
+
+func (c *Consul) counterOnce(ctx context.Context, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, metricsTry)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.HTTPAddr+"/v1/agent/metrics?format=prometheus", nil)
 	if err != nil {

@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -770,5 +773,30 @@ func TestConsulCluster(t *testing.T) {
 	timed(t, "Restart of all three (kill -9, data kept)", func() error { return c.Restart(ctx) })
 	if v := (consulProbe{t, c.Client}).get("after-restart"); v != "yes" {
 		t.Fatalf("after restarting all three: %q", v)
+	}
+}
+
+// TestSlowMetricsAreReadAgain: a metrics read that times out is tried
+// again; an agent that answers the second time is read.
+func TestSlowMetricsAreReadAgain(t *testing.T) {
+	defer func(try time.Duration) { metricsTry = try }(metricsTry)
+	metricsTry = 200 * time.Millisecond
+	var calls atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			select { // the first read outlives its deadline
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		_, _ = w.Write([]byte(RaftApplyMetric + " 7\n"))
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := &Consul{HTTPAddr: srv.URL, http: srv.Client()}
+	if v, err := c.RaftApplies(); err != nil || v != 7 || calls.Load() != 2 {
+		t.Fatalf("RaftApplies = %v, %v after %d reads; want 7 after 2", v, err, calls.Load())
 	}
 }
