@@ -19,8 +19,8 @@ const ReasonNameCollision = "ConsulNameCollision"
 // instances would be merged silently. Names chosen with the service-name
 // annotation on both sides are a merge on purpose and not reported.
 type nameIndex struct {
-	mu     sync.Mutex
-	byKey  map[k8s.Key]nameUse
+	mu    sync.Mutex
+	byKey map[k8s.Key]nameUse
 	// byName lists the Services of each name: one, almost always (a
 	// slice of one costs 32 bytes, a map of one ~0.6 KiB: 6 MiB at
 	// 10,000 Services).
