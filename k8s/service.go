@@ -19,7 +19,7 @@ type Port struct {
 // that is not is left out, with a Problem.
 type Endpoint struct {
 	Address     string           // one IP (v4 or v6), canonical form (netip)
-	Ports       map[string]int32 // EndpointSlice port name ("" for an unnamed port) -> port; never nil, shared with the other endpoints of the view: read-only
+	Ports       map[string]int32 // EndpointSlice port name ("" for an unnamed port) -> port; never nil, shared with the other endpoints of its slice: read-only
 	Ready       bool             // conditions.ready; nil means true
 	Serving     bool             // conditions.serving; nil means the value of Ready
 	Terminating bool             // conditions.terminating; nil means false

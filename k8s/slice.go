@@ -1,10 +1,13 @@
 package k8s
 
 import (
+	"slices"
 	"unique"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 )
 
@@ -77,6 +80,32 @@ func compactSlice(obj any) (any, error) {
 		out.endpoints[i] = c
 	}
 	return out, nil
+}
+
+// GetObjectKind and DeepCopyObject make a cachedSlice a runtime.Object,
+// which client-go's watch-list consistency check
+// (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR) asks of what the transform
+// returns; it compares them with reflect.DeepEqual.
+func (s *cachedSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject returns a copy that shares nothing with s.
+func (s *cachedSlice) DeepCopyObject() runtime.Object {
+	out := &cachedSlice{service: s.service, addressType: s.addressType}
+	s.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if s.ports != nil {
+		out.ports = make([]discoveryv1.EndpointPort, len(s.ports))
+		for i := range s.ports {
+			s.ports[i].DeepCopyInto(&out.ports[i])
+		}
+	}
+	if s.endpoints != nil {
+		out.endpoints = make([]cachedEndpoint, len(s.endpoints))
+		for i, ep := range s.endpoints {
+			ep.addresses = slices.Clone(ep.addresses)
+			out.endpoints[i] = ep
+		}
+	}
+	return out
 }
 
 // intern returns the one copy of s (package unique) that every endpoint

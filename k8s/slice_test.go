@@ -1,6 +1,8 @@
 package k8s
 
 import (
+	"context"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -8,7 +10,9 @@ import (
 	"weak"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/consistencydetector"
 )
 
 // TestCompactSliceKeepsNotTheDecodedObject: once compacted, the decoded
@@ -72,5 +76,36 @@ func TestCompactSliceSharesNodeNames(t *testing.T) {
 	eps := obj.(*cachedSlice).endpoints
 	if eps[0].node != *a.NodeName || unsafe.StringData(eps[0].node) != unsafe.StringData(eps[1].node) {
 		t.Errorf("node names %q and %q are not one copy", eps[0].node, eps[1].node)
+	}
+}
+
+// TestCompactSlicesPassTheWatchListConsistencyCheck: client-go's check of
+// a watch-list sync (on with KUBE_WATCHLIST_INCONSISTENCY_DETECTOR) runs
+// the transform over a fresh list and compares the results, as
+// runtime.Objects, with the cache: compact slices pass it, and a copy
+// shares nothing with its original.
+func TestCompactSlicesPassTheWatchListConsistencyCheck(t *testing.T) {
+	a, b := realisticSlice("controller"), realisticSlice("fixture")
+	a.UID, b.UID, b.Name = "uid-a", "uid-b", "other"
+	list := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []discoveryv1.EndpointSlice{*a.DeepCopy(), *b.DeepCopy()}}
+	var cached []any
+	for _, s := range []*discoveryv1.EndpointSlice{a, b} {
+		obj, err := compactSlice(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached = append(cached, obj)
+	}
+	listFn := func(context.Context, metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) { return list, nil }
+	consistencydetector.CheckDataConsistency(t.Context(), "EndpointSlice", "7", listFn, compactSlice, metav1.ListOptions{}, func() []any { return cached })
+
+	orig := cached[0].(*cachedSlice)
+	cp := orig.DeepCopyObject().(*cachedSlice)
+	if !reflect.DeepEqual(cp, orig) {
+		t.Fatalf("copy %+v differs from %+v", cp, orig)
+	}
+	cp.endpoints[0].addresses[0], *cp.ports[0].Port, cp.Name = "10.9.9.9", 1, "changed"
+	if orig.endpoints[0].addresses[0] == "10.9.9.9" || *orig.ports[0].Port == 1 || orig.Name == "changed" {
+		t.Error("the copy shares state with the original")
 	}
 }
