@@ -182,11 +182,13 @@ func TestRawTxnSendsWhatTheAPIClientSends(t *testing.T) {
 		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: "fleetsync/claims/raw", Session: "s-1"}},
 		{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{Node: "k8s-raw", Address: "127.0.0.1", Meta: map[string]string{"k": "v"}, ModifyIndex: 3}}},
 	}
-	groups := []group{
-		newGroup("k8s-raw", kindRegister, client.serviceOp("k8s-raw", in, 0), client.checkOp("k8s-raw", in, 0)),
-		newGroup("k8s-raw", kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceDeleteCAS, Node: "k8s-raw",
-			Service: api.AgentService{ID: "gone", Service: "web", ModifyIndex: 9}}}),
+	reg, err1 := newGroup("k8s-raw", kindRegister, client.serviceOp("k8s-raw", in, 0), client.checkOp("k8s-raw", in, 0))
+	del, err2 := newGroup("k8s-raw", kindDeregister, &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceDeleteCAS, Node: "k8s-raw",
+		Service: api.AgentService{ID: "gone", Service: "web", ModifyIndex: 9}}})
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
 	}
+	groups := []group{reg, del}
 	body, err := txnBody(first, groups)
 	if err != nil {
 		t.Fatal(err)
@@ -220,10 +222,21 @@ func TestRawTxnSendsWhatTheAPIClientSends(t *testing.T) {
 	mu.Lock()
 	answer, status = "no leader", http.StatusInternalServerError
 	mu.Unlock()
-	_, _, err1 := viaAPI.CommitTxn(ops, nil, &api.QueryOptions{})
-	_, _, err2 := viaRaw.CommitTxn(ops, body, &api.QueryOptions{})
+	_, _, err1 = viaAPI.CommitTxn(ops, nil, &api.QueryOptions{})
+	_, _, err2 = viaRaw.CommitTxn(ops, body, &api.QueryOptions{})
 	var se1, se2 api.StatusError
 	if !errors.As(err1, &se1) || !errors.As(err2, &se2) || se1 != se2 {
 		t.Errorf("a refused transaction: consul/api %v, raw %v", err1, err2)
+	}
+}
+
+// TestAnOpThatCannotBeEncodedIsAnError: a group's body must hold every op
+// it counts, so an op encoding/json refuses fails the group instead of
+// leaving the op out of the request.
+func TestAnOpThatCannotBeEncodedIsAnError(t *testing.T) {
+	bad := &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceCAS, Node: "k8s-raw", Service: api.AgentService{ID: "x",
+		Proxy: &api.AgentServiceConnectProxyConfig{Config: map[string]any{"c": make(chan int)}}}}}
+	if g, err := newGroup("k8s-raw", kindRegister, bad); err == nil {
+		t.Fatalf("newGroup = %+v (body %q), want an error", g, g.enc)
 	}
 }

@@ -168,7 +168,10 @@ func (c *Client) plan(ch Change) ([]group, error) {
 			moving[r.ID] = del
 			continue
 		}
-		g := newGroup(r.Node, kindDeregister, del)
+		g, err := newGroup(r.Node, kindDeregister, del)
+		if err != nil {
+			return nil, fmt.Errorf("deregister %s: %w", r.ID, err)
+		}
 		g.have = &r
 		dels = append(dels, g)
 	}
@@ -190,7 +193,10 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if u.Want.Check != u.Have.Check || !u.Have.HasCheck || u.Want.Name != u.Have.Name {
 			ops = append(ops, c.checkOp(u.Have.Node, u.Want, u.Have.CheckIndex))
 		}
-		g := newGroup(u.Have.Node, kindUpdate, ops...)
+		g, err := newGroup(u.Have.Node, kindUpdate, ops...)
+		if err != nil {
+			return nil, fmt.Errorf("update %s: %w", u.Want.ID, err)
+		}
 		g.want, g.have = u.Want, &u.Have
 		updates = append(updates, g)
 	}
@@ -206,9 +212,13 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		if !c.owner.IsNode(node) {
 			return nil, fmt.Errorf("%w: register %s on node %s, which is not the owner's", ErrRefused, in.ID, node)
 		}
-		g := newGroup(node, kindRegister, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
+		kind, ops := kindRegister, []*api.TxnOp{c.serviceOp(node, in, 0), c.checkOp(node, in, 0)}
 		if del, ok := moving[in.ID]; ok {
-			g = newGroup(node, kindMove, del, c.serviceOp(node, in, 0), c.checkOp(node, in, 0))
+			kind, ops = kindMove, append([]*api.TxnOp{del}, ops...)
+		}
+		g, err := newGroup(node, kind, ops...)
+		if err != nil {
+			return nil, fmt.Errorf("register %s: %w", in.ID, err)
 		}
 		g.want = in
 		regs = append(regs, g)
@@ -218,18 +228,22 @@ func (c *Client) plan(ch Change) ([]group, error) {
 
 // newGroup encodes ops once: for the size limit, and as the request body
 // (a cold start of 10,000 Services encoded every op twice before, 7 % of
-// its CPU).
-func newGroup(node string, kind int, ops ...*api.TxnOp) group {
+// its CPU). An op that cannot be encoded is an error: the body must hold
+// every op the group counts.
+func newGroup(node string, kind int, ops ...*api.TxnOp) (group, error) {
 	g := group{ops: ops, kind: kind, node: node}
 	for _, op := range ops {
-		b, _ := json.Marshal(op)
+		b, err := json.Marshal(op)
+		if err != nil {
+			return group{}, fmt.Errorf("encode a transaction op: %w", err)
+		}
 		if len(g.enc) > 0 {
 			g.enc = append(g.enc, ',')
 		}
 		g.enc = append(g.enc, b...)
 		g.bytes += len(b)
 	}
-	return g
+	return g, nil
 }
 
 func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
