@@ -233,8 +233,8 @@ func (c Cluster) StampMeta(m map[string]string) {
 }
 
 // StampTags returns a copy of tags with the mark's tag appended unless it
-// is there: the tags of a stamped instance, which every instance of one
-// Service can share (nothing writes an instance's tags).
+// is there: the tags of a stamped instance, computed once per Service
+// (each instance takes its own copy).
 func (c Cluster) StampTags(tags []string) []string {
 	out := slices.Clone(tags)
 	if !slices.Contains(out, c.Tag()) {

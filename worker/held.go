@@ -64,10 +64,12 @@ func MarkOf(cluster ownership.Cluster) Mark {
 }
 
 // Registered returns h as the consul writer takes an entry to update or
-// delete: ID, name, node, namespace, check and indexes as held, and meta
-// and tags that are mark's alone (h was verified to carry it when it was
-// read or written; the writer checks the mark and the node again). The
-// meta map and tags are mark's own: they are read, never written.
+// delete: ID, name, node, namespace, check and indexes as held, and the
+// cluster's mark as its only meta and tags (the meta map and tags are
+// mark's own: read, never written). The writer's ownership check on it
+// therefore checks the node only: the entry's own mark was checked when
+// it was read (OwnedOf, GroupOwned) or came from our write (merge), the
+// only ways into a worker's held entries.
 func (h Held) Registered(mark Mark) consul.Registered {
 	return consul.Registered{
 		Instance: consul.Instance{ID: h.ID, Name: h.Name, Check: h.Check, Meta: mark.Meta, Tags: mark.Tags},

@@ -80,7 +80,9 @@ func TestHeldIsWhatEqualSays(t *testing.T) {
 
 // TestHeldEntryGoesToTheWriterAsOurs: an entry a worker holds is handed to
 // the consul writer with its ID, name, node, namespace, check and indexes,
-// and with the cluster's mark, which the writer checks again (Owns).
+// and with the cluster's mark; the writer's check (Owns) passes on our
+// node and refuses it for another cluster, by the node (the mark an entry
+// carries in Consul was checked when it was read: TestOwnedOf).
 func TestHeldEntryGoesToTheWriterAsOurs(t *testing.T) {
 	cluster := testCluster(t)
 	in := cluster.Stamp(consul.Instance{ID: "shop-web-1", Name: "web", Address: "10.0.0.1", Port: 8080,
