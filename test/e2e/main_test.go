@@ -97,6 +97,10 @@ func (e *env) daemonFor(cluster string, namespaces []string, args ...string) *fi
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{
 		ClusterID: cluster, Kubeconfig: kube.KubeconfigPath, ConsulAddr: consul.Addr,
 		Namespaces: namespaces, Args: args,
+		// client-go's check of every watch-list sync: it lists again and
+		// compares, through the informers' transforms, with the cache (a
+		// compact EndpointSlice that was no runtime.Object made it panic).
+		Env: []string{"KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true"},
 	})
 	if err != nil {
 		e.t.Fatalf("start fleetsync: %v", err)
