@@ -15,15 +15,16 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// rawReads sends the reads of owned state itself, through the daemon's own
-// HTTP client (its token and failover transports), and decodes each answer
-// from one pooled buffer. consul/api decodes through a json.Decoder that
+// rawReads sends the reads of owned state and the transactions (write)
+// itself, through the daemon's own HTTP client (its token and failover
+// transports), and decodes each answer from one pooled buffer. consul/api decodes through a json.Decoder that
 // grows a fresh buffer for every answer: at 10,000 Services x 10 that was
 // 40 % of everything the daemon allocated (1 GB over a cold start and the
 // first resync period, bench run K), and the garbage collector's work with
 // it. The request is the one consul/api would send (rawQuery, pinned by
-// TestRawReadsAskWhatTheAPIClientAsks); the answer goes through the same
-// encoding/json decoding into the same lean types.
+// TestRawReadsAskWhatTheAPIClientAsks and TestRawTxnSendsWhatTheAPIClientSends);
+// the answer goes through the same encoding/json decoding into the same
+// lean types.
 type rawReads struct {
 	hc     *http.Client
 	scheme string
