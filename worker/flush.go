@@ -140,9 +140,16 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 		if ch, err = w.acquire(ctx, high, ch, gen); err != nil || ch.Empty() {
 			return res, err
 		}
+		if w.log.IsTrace() {
+			w.log.Trace("Writing", "register", changeIDs(ch.Register), "update", updateIDs(ch.Update),
+				"deregister", heldIDs(ch.Deregister), "resync", resyncPass, "attempt", attempt)
+		}
 		var applied consul.Applied
 		deep(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
 		w.lastWrite = w.clock.Now()
+		if w.log.IsTrace() {
+			w.log.Trace("Wrote", "written", heldIDs(applied.Written), "deleted", applied.Deleted, "error", err)
+		}
 		w.verified = nil // our write moved the indexes: the next pass reads
 		w.merge(applied)
 		res.applied.Txns += applied.Txns
@@ -305,6 +312,7 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	w.owned = OwnedOf(c, w.opts.Key, entries)
 	w.foreign = ForeignOf(c, w.opts.Key, entries)
 	w.ownedKnown = true
+	w.log.Trace("Read the owned state by ID prefix", "owned", len(w.owned), "foreign", len(w.foreign))
 	return nil
 }
 
@@ -343,4 +351,29 @@ func (w *Worker) merge(a consul.Applied) {
 	for _, r := range a.Written {
 		w.owned[r.ID] = Hold(r)
 	}
+}
+
+// changeIDs and heldIDs name the instances of a change, for trace logs.
+func changeIDs(in []consul.Instance) []string {
+	out := make([]string, len(in))
+	for i := range in {
+		out[i] = in[i].ID
+	}
+	return out
+}
+
+func updateIDs(in []consul.Update) []string {
+	out := make([]string, len(in))
+	for i := range in {
+		out[i] = in[i].Want.ID
+	}
+	return out
+}
+
+func heldIDs(in []consul.Registered) []string {
+	out := make([]string, len(in))
+	for i := range in {
+		out[i] = in[i].ID
+	}
+	return out
 }

@@ -86,6 +86,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	w.foreign = ForeignOf(w.opts.Config.Cluster, w.opts.Key, entries)
 	w.ownedKnown = true
 	w.verified = v.complete(w.entryNodes())
+	w.log.Trace("Read the owned state by name", "names", names, "owned", len(w.owned), "foreign", len(w.foreign))
 	return true, nil
 }
 

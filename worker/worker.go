@@ -338,10 +338,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		case a := <-w.adoptC:
 			if w.lastWrite.After(a.at) {
 				w.ownedKnown = false // wrote meanwhile: the read may miss it
+				w.log.Trace("Fleet's read older than this worker's last write; reading again")
 			} else {
 				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
 				w.verified = nil // a read by node: no name's index
 				w.ownedKnown = true
+				w.log.Trace("Adopted the fleet's read", "owned", len(w.owned))
 			}
 			w.resyncDue, w.resyncTimed = false, false // this is the pass, every name included
 			s.dirty = true

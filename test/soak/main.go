@@ -65,6 +65,7 @@ type options struct {
 	faults      []string
 	tags        []string
 	out         string
+	logLevel    string
 }
 
 func defaults() options {
@@ -72,7 +73,7 @@ func defaults() options {
 		bound: 30 * time.Second, converge: 60 * time.Second, idle: 15 * time.Second, sample: 500 * time.Millisecond,
 		churnEvery: 200 * time.Millisecond, gapMin: 5 * time.Second, gapMax: 25 * time.Second,
 		holdMin: 2 * time.Second, holdMax: 10 * time.Second, snapEvery: 15 * time.Second, snapshotAge: 20 * time.Second,
-		faults: allFaults(), out: "out/soak"}
+		faults: allFaults(), out: "out/soak", logLevel: "debug"}
 }
 
 // quickly is o as --quick makes it: 2 minutes, smaller, faults closer.
@@ -107,6 +108,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&faults, "faults", strings.Join(o.faults, ","), "fault kinds to inject (comma-separated; '' for none)")
 	fs.StringVar(&tags, "tags", "", "Go build tags of the fleetsync under test (the checker's own test builds a broken one)")
 	fs.StringVar(&o.out, "out", o.out, "directory for result.json and timeline.png")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "the daemons' --log-level (their logs are kept in --out; trace names every instance each flush writes)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -256,12 +256,12 @@ func newWorld(ctx context.Context, opts options, logw io.Writer) *world {
 	a := &cluster{id: "alpha", ns: "soak-alpha"}
 	for i := range opts.replicas {
 		a.replicas = append(a.replicas, &replica{id: "alpha-" + strconv.Itoa(i), cluster: a,
-			args: []string{"--log-level=info", "--enable-pprof", "--shards=" + strconv.Itoa(opts.shards), "--lease-namespace=soak-leases", "--replica-id=alpha-" + strconv.Itoa(i)}})
+			args: []string{"--log-level=" + opts.logLevel, "--enable-pprof", "--shards=" + strconv.Itoa(opts.shards), "--lease-namespace=soak-leases", "--replica-id=alpha-" + strconv.Itoa(i)}})
 	}
 	w.clusters = append(w.clusters, a)
 	if opts.servicesB > 0 {
 		b := &cluster{id: "beta", ns: "soak-beta"}
-		b.replicas = []*replica{{id: "beta-0", cluster: b, args: []string{"--log-level=info", "--enable-pprof"}}}
+		b.replicas = []*replica{{id: "beta-0", cluster: b, args: []string{"--log-level=" + opts.logLevel, "--enable-pprof"}}}
 		w.clusters = append(w.clusters, b)
 	}
 	return w
