@@ -169,7 +169,7 @@ func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
 		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
-			c.nodes.witnessed(Witness{ID: g.have.ID, At: now})
+			c.nodes.witnessed(Witness{Node: g.have.Node, ID: g.have.ID, Name: g.have.Name, Deleted: true, At: now})
 			continue
 		}
 		if i := svcIndex[g.want.ID]; i > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -471,5 +472,61 @@ func TestUnansweredWriteWitnessesNothing(t *testing.T) {
 	}
 	if ws := c.Witnesses(); len(ws) != 0 {
 		t.Fatalf("witnesses after an unanswered delete: %+v", ws)
+	}
+}
+
+// sendingAPI calls at before every transaction is sent.
+type sendingAPI struct {
+	catalogAPI
+	at func()
+}
+
+func (s sendingAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
+	s.at()
+	return s.catalogAPI.CommitTxn(ops, body, q)
+}
+
+// TestWriteRetiresItsWitnessBeforeItIsSent: while a write of an entry is
+// in flight, the entry's witness no longer stands, so a loss check reading
+// the entry as the write commits (at an index the witness does not know,
+// or gone) does not take our own write for a loss; once committed, the
+// write (or the delete) is the witness.
+func TestWriteRetiresItsWitnessBeforeItIsSent(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "sendwit"}
+	var c *Client
+	var standing []bool // per transaction sent: did the entry's earlier witness still stand?
+	var before Witness
+	c = newClient(sendingAPI{catalogAPI: apiAdapter{c: a.Client}, at: func() {
+		if before.ID != "" {
+			standing = append(standing, c.IsWitness(before))
+		}
+	}}, owner, Options{})
+	in := owner.instance(0, "sw")
+	applied, err := c.Apply(ctx, Change{Register: []Instance{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = c.Witnesses()[0]
+	moved := in
+	moved.Port++
+	applied, err = c.Apply(ctx, Change{Update: []Update{{Want: moved, Have: applied.Written[0]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Witnesses()
+	if len(ws) != 1 || ws[0].ID != in.ID || ws[0].Index != applied.Written[0].ServiceIndex || ws[0].Deleted {
+		t.Fatalf("after the update, witnesses %+v, want %s at %d", ws, in.ID, applied.Written[0].ServiceIndex)
+	}
+	before = ws[0]
+	if _, err := c.Apply(ctx, Change{Deregister: []Registered{applied.Written[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(standing, []bool{false, false}) {
+		t.Fatalf("the entry's witness stood while its write was sent: %v (update, delete)", standing)
+	}
+	if ws := c.Witnesses(); len(ws) != 1 || ws[0].ID != in.ID || !ws[0].Deleted {
+		t.Fatalf("after the delete, witnesses %+v, want %s deleted", ws, in.ID)
 	}
 }

@@ -11,10 +11,19 @@ import (
 )
 
 // Witness is one committed service write: the entry must be in Consul at
-// that index (or a later one of ours) unless Consul lost or rolled it back.
+// exactly that index (a later write of ours retires the witness before it
+// is sent) unless Consul lost or rolled it back, or someone else rewrote
+// it. With Deleted, it is our committed delete of the entry: the entry
+// must not be in Consul at all.
+//
+// Only exact equality holds after two faults: Consul that lost its last
+// writes reuses their indexes, so a restore of a snapshot taken before the
+// loss brings entries back at indexes above those written since (found by
+// the soak: a kill -9 of every server, then such a restore).
 type Witness struct {
 	Node, ID, Name string
-	Index          uint64
+	Index          uint64 // 0 with Deleted
+	Deleted        bool
 	At             time.Time // when it was committed
 }
 
@@ -24,18 +33,15 @@ const (
 	witnessFor   = 5 * time.Minute
 )
 
-// witnessed records a committed write of an entry (index > 0), or our own
-// delete of it (index 0): a deleted or rewritten entry is no witness. About
-// one write per witnessEvery is kept, and the newest, for witnessFor: a
-// restore of a snapshot of any age up to that undoes at least one of them,
-// and so does a crash that loses the last writes.
+// witnessed records a committed write of an entry, or our own delete of
+// it (Deleted): it replaces the entry's earlier witness. About one write
+// per witnessEvery is kept, and the newest, for witnessFor: a restore of a
+// snapshot of any age up to that undoes at least one of them, and so does
+// a crash that loses the last writes.
 func (r *nodeRegistry) witnessed(w Witness) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID || w.At.Sub(o.At) > witnessFor })
-	if w.Index == 0 {
-		return
-	}
 	// The newest write is always a witness (a crash loses the last writes
 	// first); it replaces the newest one kept when both fall within
 	// witnessEvery of the one before.
@@ -46,7 +52,10 @@ func (r *nodeRegistry) witnessed(w Witness) {
 	r.witnesses = append(r.witnesses, w)
 }
 
-// unwitness retires the witness of entry id, if any.
+// unwitness retires the witness of entry id, if any: before a write of
+// the entry is sent (the entry is then at an index the witness does not
+// know, or gone, before the answer comes back), and for good when the
+// write gets no answer (it may or may not have committed).
 func (r *nodeRegistry) unwitness(id string) {
 	if id == "" {
 		return
@@ -73,8 +82,8 @@ func (c *Client) Witnesses() []Witness {
 	return slices.Clone(c.nodes.witnesses)
 }
 
-// IsWitness reports whether w is still a standing witness (no later write
-// or delete of ours replaced it).
+// IsWitness reports whether w is still a standing witness (no write or
+// delete of ours since, sent or committed, replaced it).
 func (c *Client) IsWitness(w Witness) bool {
 	c.nodes.mu.Lock()
 	defer c.nodes.mu.Unlock()

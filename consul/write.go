@@ -3,7 +3,6 @@ package consul
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
@@ -76,17 +75,14 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 			}
 		}
 		n, nodes := c.pack(groups)
+		// From now on the entries are not where their witnesses say (a
+		// check reading one as this commits would take our own write
+		// for a loss); without an answer they witness nothing at all.
+		for _, g := range groups[:n] {
+			c.nodes.unwitness(g.id())
+		}
 		resp, err := c.commitGroups(ctx, groups[:n], nodes)
 		if err != nil {
-			var te *TxnError
-			if !errors.As(err, &te) {
-				// No answer: the transaction may have committed; its
-				// entries witness nothing any more (a delete that
-				// committed would read as a loss).
-				for _, g := range groups[:n] {
-					c.nodes.unwitness(g.id())
-				}
-			}
 			return done, err
 		}
 		done.Txns++

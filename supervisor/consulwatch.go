@@ -223,9 +223,10 @@ var witnessAges = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Se
 // maxWitnessAge: older witnesses are not read (an idle fleet reads none).
 const maxWitnessAge = 5 * time.Minute
 
-// checkWitnesses reads the picked witnesses; one gone or older than
-// written (twice, and still standing: a delete or rewrite of ours
-// committing while it was read is no loss) is a finding.
+// checkWitnesses reads the picked witnesses; one not as we left it (gone,
+// at another index, or back after our delete: twice, and still standing:
+// a write or delete of ours sent while it was read is no loss) is a
+// finding.
 // It also reports whether every read answered.
 func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) ([]finding, bool) {
 	var picked []consul.Witness
@@ -255,20 +256,31 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 }
 
 // checkWitness reads one witness: a finding, or none and whether the
-// reads answered.
+// reads answered. The entry must be at exactly the witness's index (or,
+// for our delete, gone): a restore of a snapshot taken before Consul lost
+// its last writes brings entries back at indexes above the ones written
+// since, which reused the lost ones (consul.Witness).
 func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]finding, bool) {
 	var index uint64
+	var found bool
 	for range 2 {
-		i, found, err := wr.ReadWitness(ctx, w)
+		var err error
+		index, found, err = wr.ReadWitness(ctx, w)
 		if err != nil {
 			return nil, false
 		}
-		if (found && i >= w.Index) || !wr.IsWitness(w) {
+		asLeft := found && index == w.Index
+		if w.Deleted {
+			asLeft = !found
+		}
+		if asLeft || !wr.IsWitness(w) {
 			return nil, true
 		}
-		index = i
 	}
-	if index == 0 {
+	switch {
+	case w.Deleted:
+		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, deleted by us, is back at index %d", w.ID, w.Node, index)}}, true
+	case !found:
 		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}, true
 	}
 	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}, true
