@@ -106,15 +106,15 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("witnesses %+v, want %s at %d and %s (the writes came within %s)", ws, first.ID, applied.Written[0].ServiceIndex, third.ID, witnessEvery)
 	}
 	w := ws[0]
-	if i, found, err := c.ReadWitness(ctx, w); err != nil || !found || i != w.Index {
-		t.Fatalf("ReadWitness: %d %v %v, want %d", i, found, err, w.Index)
+	if r, err := c.ReadWitness(ctx, w); err != nil || !r.Found || !r.Ours || r.Index != w.Index {
+		t.Fatalf("ReadWitness: %+v %v, want ours at %d", r, err, w.Index)
 	}
 	// Removed behind our back: gone, and still a witness.
 	if _, err := a.Client.Catalog().Deregister(&api.CatalogDeregistration{Node: w.Node, ServiceID: w.ID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, err := c.ReadWitness(ctx, w); err != nil || found || !c.IsWitness(w) {
-		t.Fatalf("ReadWitness of a removed entry: found %v, %v; standing %v", found, err, c.IsWitness(w))
+	if r, err := c.ReadWitness(ctx, w); err != nil || r.Found || !c.IsWitness(w) {
+		t.Fatalf("ReadWitness of a removed entry: %+v, %v; standing %v", r, err, c.IsWitness(w))
 	}
 	// Our own delete retires it; the delete is the entry's witness now:
 	// gone, until someone (a restore) brings the entry back.
@@ -137,15 +137,16 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("after our delete, witnesses %+v, want %s's delete", c.Witnesses(), first.ID)
 	}
 	del := c.Witnesses()[i]
-	if _, found, err := c.ReadWitness(ctx, del); err != nil || found {
-		t.Fatalf("ReadWitness of our delete: found %v, %v", found, err)
+	if r, err := c.ReadWitness(ctx, del); err != nil || r.Found {
+		t.Fatalf("ReadWitness of our delete: %+v, %v", r, err)
 	}
 	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: del.Node, Address: "127.0.0.1", SkipNodeUpdate: true,
 		Service: &api.AgentService{ID: del.ID, Service: del.Name, Port: 1}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, err := c.ReadWitness(ctx, del); err != nil || !found || !c.IsWitness(del) {
-		t.Fatalf("ReadWitness of an entry back after our delete: found %v, %v; standing %v", found, err, c.IsWitness(del))
+	// Someone else's (no mark) reads as theirs.
+	if r, err := c.ReadWitness(ctx, del); err != nil || !r.Found || r.Ours || !c.IsWitness(del) {
+		t.Fatalf("ReadWitness of someone else's entry under our deleted ID: %+v, %v; standing %v", r, err, c.IsWitness(del))
 	}
 	// A Service this process stops syncing witnesses nothing.
 	c.ForgetWitnesses("witness-wit-")

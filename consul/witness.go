@@ -90,11 +90,20 @@ func (c *Client) IsWitness(w Witness) bool {
 	return slices.Contains(c.nodes.witnesses, w)
 }
 
-// ReadWitness reads w's entry (one small request): its service index, or
-// found false when it is not in Consul.
-func (c *Client) ReadWitness(ctx context.Context, w Witness) (index uint64, found bool, err error) {
+// WitnessRead is what ReadWitness found of a witness's entry.
+type WitnessRead struct {
+	Found bool
+	Index uint64 // the entry's service index, when found
+	// Ours: the entry found carries the owner's mark (Owner.Owns). Someone
+	// else's entry under the ID (a tamperer's, say) is not a loss: the
+	// worker's next read finds it and leaves it alone.
+	Ours bool
+}
+
+// ReadWitness reads w's entry (one small request).
+func (c *Client) ReadWitness(ctx context.Context, w Witness) (WitnessRead, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
-		return 0, false, err
+		return WitnessRead{}, err
 	}
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
@@ -102,12 +111,13 @@ func (c *Client) ReadWitness(ctx context.Context, w Witness) (index uint64, foun
 	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
 	entries, _, err := c.api.ServiceEntries(w.Name, q)
 	if err != nil {
-		return 0, false, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))
+		return WitnessRead{}, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))
 	}
 	for _, e := range entries {
 		if e.Service != nil && e.Node != nil && e.Service.ID == w.ID && e.Node.Node == w.Node {
-			return e.Service.ModifyIndex, true, nil
+			ours := c.owner.Owns(fromWire(e.Node.Node, e.Service, nil)) == nil
+			return WitnessRead{Found: true, Index: e.Service.ModifyIndex, Ours: ours}, nil
 		}
 	}
-	return 0, false, nil
+	return WitnessRead{}, nil
 }

@@ -211,7 +211,7 @@ type WitnessReader interface {
 	// ForgetWitnesses retires those of a Service this process stops
 	// syncing (another replica may rewrite or delete its entries).
 	ForgetWitnesses(idPrefix string)
-	ReadWitness(ctx context.Context, w consul.Witness) (index uint64, found bool, err error)
+	ReadWitness(ctx context.Context, w consul.Witness) (consul.WitnessRead, error)
 }
 
 // witnessAges picks the witnesses a check reads: the newest, and the
@@ -256,22 +256,21 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 }
 
 // checkWitness reads one witness: a finding, or none and whether the
-// reads answered. The entry must be at exactly the witness's index (or,
+// reads answered. Our entry must be at exactly the witness's index (or,
 // for our delete, gone): a restore of a snapshot taken before Consul lost
 // its last writes brings entries back at indexes above the ones written
-// since, which reused the lost ones (consul.Witness).
+// since, which reused the lost ones (consul.Witness). Someone else's
+// entry under the ID is no loss (the worker leaves it alone).
 func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]finding, bool) {
-	var index uint64
-	var found bool
+	var r consul.WitnessRead
 	for range 2 {
 		var err error
-		index, found, err = wr.ReadWitness(ctx, w)
-		if err != nil {
+		if r, err = wr.ReadWitness(ctx, w); err != nil {
 			return nil, false
 		}
-		asLeft := found && index == w.Index
+		asLeft := r.Found && (r.Index == w.Index || !r.Ours)
 		if w.Deleted {
-			asLeft = !found
+			asLeft = !r.Found || !r.Ours
 		}
 		if asLeft || !wr.IsWitness(w) {
 			return nil, true
@@ -279,11 +278,11 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]fi
 	}
 	switch {
 	case w.Deleted:
-		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, deleted by us, is back at index %d", w.ID, w.Node, index)}}, true
-	case !found:
+		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, deleted by us, is back at index %d", w.ID, w.Node, r.Index)}}, true
+	case !r.Found:
 		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}, true
 	}
-	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, index)}}, true
+	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, r.Index)}}, true
 }
 
 // watchConsul runs until ctx is done. Every NodeCheckInterval it reads the

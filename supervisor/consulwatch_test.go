@@ -150,9 +150,9 @@ func (s *watchStore) NodeIndex(ctx context.Context, node string) (uint64, error)
 	return s.memStore.NodeIndex(ctx, node)
 }
 
-func (s *watchStore) ReadWitness(ctx context.Context, w consul.Witness) (uint64, bool, error) {
+func (s *watchStore) ReadWitness(ctx context.Context, w consul.Witness) (consul.WitnessRead, error) {
 	if s.flaky.Load() {
-		return 0, false, errors.New("Unexpected response code: 500 (rpc error: timeout)")
+		return consul.WitnessRead{}, errors.New("Unexpected response code: 500 (rpc error: timeout)")
 	}
 	return s.memStore.ReadWitness(ctx, w)
 }
@@ -488,6 +488,7 @@ type witnessStore struct {
 	wmu     sync.Mutex
 	ws      []consul.Witness
 	entries map[string]uint64 // by ID; absent: gone
+	theirs  map[string]bool   // entries someone else re-registered (no mark)
 	retired map[string]bool
 	calls   chan struct{} // signalled by Witnesses; nil: not
 	wreads  []string
@@ -526,12 +527,12 @@ func (s *witnessStore) ForgetWitnesses(prefix string) {
 	s.forgot = append(s.forgot, prefix)
 }
 
-func (s *witnessStore) ReadWitness(_ context.Context, w consul.Witness) (uint64, bool, error) {
+func (s *witnessStore) ReadWitness(_ context.Context, w consul.Witness) (consul.WitnessRead, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.wreads = append(s.wreads, w.ID)
 	i, ok := s.entries[w.ID]
-	return i, ok, nil
+	return consul.WitnessRead{Found: ok, Index: i, Ours: ok && !s.theirs[w.ID]}, nil
 }
 
 func (s *witnessStore) edit(f func(s *witnessStore)) {
@@ -617,12 +618,15 @@ func TestWitnessLostIsLoss(t *testing.T) {
 // its own write (consul.TestWriteRetiresItsWitnessBeforeItIsSent).
 func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		ws    []consul.Witness
-		after map[string]uint64 // the entries as the restore left them
+		name   string
+		ws     []consul.Witness
+		after  map[string]uint64 // the entries as the restore left them
+		theirs bool              // ... re-registered by someone else, without the mark: no loss
 	}{
-		{"written entry at a later index", []consul.Witness{{Node: "k8s-test", ID: "a", Name: "s0", Index: 40}}, map[string]uint64{"a": 55}},
-		{"deleted entry back", []consul.Witness{{Node: "k8s-test", ID: "z", Name: "s0", Deleted: true}}, map[string]uint64{"z": 30}},
+		{"written entry at a later index", []consul.Witness{{Node: "k8s-test", ID: "a", Name: "s0", Index: 40}}, map[string]uint64{"a": 55}, false},
+		{"deleted entry back", []consul.Witness{{Node: "k8s-test", ID: "z", Name: "s0", Deleted: true}}, map[string]uint64{"z": 30}, false},
+		{"someone else's entry under the written ID", []consul.Witness{{Node: "k8s-test", ID: "a", Name: "s0", Index: 40}}, map[string]uint64{"a": 55}, true},
+		{"someone else's entry under the deleted ID", []consul.Witness{{Node: "k8s-test", ID: "z", Name: "s0", Deleted: true}}, map[string]uint64{"z": 30}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := syncedFleet(3)
@@ -649,6 +653,18 @@ func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 			check()
 			if sig, _ := hooks.got(); len(sig) != 0 {
 				t.Fatalf("signals %v with every witness as left", sig)
+			}
+			if tc.theirs {
+				store.edit(func(s *witnessStore) {
+					s.entries = tc.after
+					s.theirs = map[string]bool{"a": true, "z": true}
+				})
+				check()
+				check()
+				if sig, _ := hooks.got(); len(sig) != 0 {
+					t.Fatalf("signals %v for someone else's entry", sig)
+				}
+				return
 			}
 			f.store.loseOne()
 			store.edit(func(s *witnessStore) { s.entries = tc.after })
