@@ -281,13 +281,16 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 		Service: &consulapi.AgentService{ID: e.ID, Service: k.Name, Address: k.Addr, Port: k.Port,
 			Tags: []string{"tampered"}, Meta: map[string]string{"tampered-by": "soak"}}}
 	id := w.chk.faultStart("tampered-entry", fmt.Sprintf("%s/%s (%s) re-registered without the mark, for %s", e.Node, e.ID, k, hold.Round(time.Second)), &k)
+	w.plantMu.Lock()
 	idx, err := register(ctx, cl, reg)
 	if err != nil {
+		w.plantMu.Unlock()
 		w.chk.faultEnd(id)
 		return nil // Consul went away meanwhile
 	}
 	w.tampered = append(w.tampered, tamperRec{e.Node, e.ID})
 	w.chk.plant(&planted{What: "tampered entry " + k.String(), Node: e.Node, ID: e.ID, ModifyIndex: idx, Fault: id, reg: reg})
+	w.plantMu.Unlock()
 	// The Service must change while the entry is someone else's, so that
 	// its worker finds out (a CAS conflict). Retried while the apiserver
 	// is away: without it, removing the entry later would be plain drift,
@@ -304,8 +307,10 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 		sleep(context.WithoutCancel(ctx), 500*time.Millisecond)
 	}
 	sleep(ctx, hold)
+	w.plantMu.Lock()
 	w.chk.unplant(id)
 	err = w.untamper(context.WithoutCancel(ctx), e.Node, e.ID)
+	w.plantMu.Unlock()
 	w.chk.faultEnd(id)
 	return err
 }
@@ -390,7 +395,9 @@ func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	rebased := false
 	defer func() { // the planted-entry check resumes whatever happens
 		if !rebased {
+			w.plantMu.Lock()
 			_ = w.chk.rebase(ctx, w.replant)
+			w.plantMu.Unlock()
 		}
 	}()
 	for try := 0; try < 10; try++ {
@@ -411,6 +418,11 @@ func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	if _, err := w.consul.Leader(ctx); err != nil {
 		return err
 	}
+	// The restore may have brought back tampered entries the soak had
+	// removed, and undone those it still holds: the first go, the others
+	// are planted again, with no tamper planting or removing one meanwhile.
+	w.plantMu.Lock()
+	defer w.plantMu.Unlock()
 	for _, t := range w.tampered {
 		if w.chk.isPlanted(t.node, t.id) {
 			continue

@@ -68,8 +68,13 @@ type world struct {
 	plantedNodes map[string]bool
 	snapMu       sync.Mutex
 	snaps        []snapshot
-	tampered     []tamperRec // every tampered entry ever planted
-	stopOnce     sync.Once
+	tampered     []tamperRec // every tampered entry ever planted (under plantMu)
+	// plantMu orders a tampered entry's planting and removal with a
+	// restore's re-planting: a restore that re-planted an entry the
+	// tamper had just removed left it there for good (the run's only
+	// violation then: fleetsync rightly leaves someone else's entry be).
+	plantMu  sync.Mutex
+	stopOnce sync.Once
 }
 
 type snapshot struct {
