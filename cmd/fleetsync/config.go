@@ -21,6 +21,7 @@ type config struct {
 	KubeContext     string
 	KubeQPS         float64
 	KubeBurst       int
+	KubeCompression bool
 	ConsulAddr      stringList
 	ConsulToken     string
 	ConsulTokenFile string
@@ -108,6 +109,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KubeContext, "context", "", "kubeconfig context to use")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 20, "requests per second to the Kubernetes API (client-side limit; lease renewals and Events count, informers' watches do not)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 40, "burst allowed above --kube-api-qps")
+	fs.BoolVar(&c.KubeCompression, "kube-api-compression", false, "let the Kubernetes API server gzip its answers (lists and watch streams): less traffic for more CPU on both ends, most of all in a start's lists (off by default)")
 	fs.Var(&c.ConsulAddr, "consul-address", "Consul HTTP address, [http(s)://]host:port (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500); repeatable or comma-separated for several servers: requests go to one and fail over to the next on a connection error, a timeout or a server without a leader; one host name that resolves to several addresses (a headless Service) is expanded and resolved again when a connection fails")
 	fs.StringVar(&c.ConsulToken, "consul-token", "", "Consul ACL token (prefer --consul-token-file; default $CONSUL_HTTP_TOKEN)")
 	fs.StringVar(&c.ConsulTokenFile, "consul-token-file", "", "file holding the Consul ACL token (default $CONSUL_HTTP_TOKEN_FILE)")

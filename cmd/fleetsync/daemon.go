@@ -46,8 +46,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes config: %w", err)
 	}
-	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
-	preferProtobuf(restCfg)
+	tuneKubeClient(restCfg, cfg)
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
@@ -203,6 +202,14 @@ func kubeConfig(cfg config) (*rest.Config, error) {
 		}
 	}
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+}
+
+// tuneKubeClient applies the client flags to the Kubernetes config:
+// rate limits, protobuf, and gzip only when asked for.
+func tuneKubeClient(c *rest.Config, cfg config) {
+	c.QPS, c.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
+	preferProtobuf(c)
+	c.DisableCompression = !cfg.KubeCompression
 }
 
 // preferProtobuf makes the Kubernetes client ask for protobuf, with JSON

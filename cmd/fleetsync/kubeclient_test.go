@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,8 +18,9 @@ import (
 )
 
 // TestKubeClientAsksForProtobuf: the daemon's Kubernetes client asks for
-// protobuf (JSON as the fallback) and decodes a protobuf answer; a content
-// type the user's config names stays.
+// protobuf (JSON as the fallback) and decodes a protobuf answer, without
+// gzip unless --kube-api-compression; a content type the user's config
+// names stays.
 func TestKubeClientAsksForProtobuf(t *testing.T) {
 	codecs := serializer.NewCodecFactory(scheme.Scheme)
 	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
@@ -26,10 +28,14 @@ func TestKubeClientAsksForProtobuf(t *testing.T) {
 		t.Fatal("no protobuf serializer")
 	}
 	var mu sync.Mutex
-	var accept []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var accept, encodings []string
+	// TLS, as every real API server: client-go honours DisableCompression
+	// only in the transports it builds, not in http.DefaultTransport,
+	// which it uses for a plain-HTTP host.
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		accept = append(accept, r.Header.Get("Accept"))
+		encodings = append(encodings, r.Header.Get("Accept-Encoding"))
 		mu.Unlock()
 		list := &corev1.ServiceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceList"},
 			Items: []corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}}}}
@@ -41,24 +47,34 @@ func TestKubeClientAsksForProtobuf(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	cfg := &rest.Config{Host: srv.URL}
-	preferProtobuf(cfg)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
+	list := func(gzip bool) {
+		t.Helper()
+		cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}
+		tuneKubeClient(cfg, config{KubeQPS: 20, KubeBurst: 40, KubeCompression: gzip})
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.CoreV1().Services("shop").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		if len(got.Items) != 1 || got.Items[0].Name != "web" {
+			t.Fatalf("decoded %+v", got.Items)
+		}
 	}
-	got, err := cs.CoreV1().Services("shop").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list: %v", err)
-	}
-	if len(got.Items) != 1 || got.Items[0].Name != "web" {
-		t.Fatalf("decoded %+v", got.Items)
-	}
+	list(false)
+	list(true) // --kube-api-compression
 	mu.Lock()
 	defer mu.Unlock()
 	want := runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	if len(accept) != 1 || accept[0] != want {
-		t.Errorf("Accept headers %q, want one %q", accept, want)
+	if len(accept) != 2 || accept[0] != want || accept[1] != want {
+		t.Errorf("Accept headers %q, want %q twice", accept, want)
+	}
+	// gzip only when asked for: the lists of a start cost both sides
+	// gzip's CPU for traffic that stays in the cluster.
+	if len(encodings) != 2 || encodings[0] != "" || encodings[1] != "gzip" {
+		t.Errorf("Accept-Encoding %q, want none by default and gzip with --kube-api-compression", encodings)
 	}
 
 	mine := &rest.Config{ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON, AcceptContentTypes: runtime.ContentTypeJSON}}
