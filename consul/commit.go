@@ -163,13 +163,29 @@ func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
 		}
 	}
 	now := time.Now()
+	// Our deletes committed after every index this answer or an earlier
+	// one returned: a deleted entry back at a lower index is from before
+	// the delete (Witness.Index of a delete).
+	after := c.nodes.highest()
+	if resp != nil {
+		for _, r := range resp.Results {
+			switch {
+			case r.Node != nil:
+				after = max(after, r.Node.ModifyIndex)
+			case r.Service != nil:
+				after = max(after, r.Service.ModifyIndex)
+			case r.Check != nil:
+				after = max(after, r.Check.ModifyIndex)
+			}
+		}
+	}
 	for _, g := range groups {
 		if g.kind != kindDeregister {
 			c.nodes.sawIndex(g.node, svcIndex[g.want.ID]) // checks do not raise the node index
 		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
-			c.nodes.witnessed(Witness{Node: g.have.Node, ID: g.have.ID, Name: g.have.Name, Deleted: true, At: now})
+			c.nodes.witnessed(Witness{Node: g.have.Node, ID: g.have.ID, Name: g.have.Name, Index: after, Deleted: true, At: now})
 			continue
 		}
 		if i := svcIndex[g.want.ID]; i > 0 {

@@ -530,3 +530,35 @@ func TestWriteRetiresItsWitnessBeforeItIsSent(t *testing.T) {
 		t.Fatalf("after the delete, witnesses %+v, want %s deleted", ws, in.ID)
 	}
 }
+
+// TestRefusedWriteKeepsItsWitness: a write Consul refused (a CAS conflict:
+// nothing committed) puts back the witness it retired before it was sent,
+// or a restore that came just before it (the conflict) would find one
+// witness fewer to undo (the review's finding).
+func TestRefusedWriteKeepsItsWitness(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "refusedwit"}
+	c := NewClient(a.Client, owner, Options{})
+	in := owner.instance(0, "rw")
+	applied, err := c.Apply(ctx, Change{Register: []Instance{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Witnesses()
+	// Someone rewrites the entry (still ours to the eye): our CAS on the
+	// index we hold fails.
+	reg := &api.CatalogRegistration{Node: applied.Written[0].Node, Address: "127.0.0.1", SkipNodeUpdate: true,
+		Service: &api.AgentService{ID: in.ID, Service: in.Name, Address: in.Address, Port: in.Port + 7, Tags: in.Tags, Meta: in.Meta}}
+	if _, err := a.Client.Catalog().Register(reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	moved := in
+	moved.Port++
+	if _, err := c.Apply(ctx, Change{Update: []Update{{Want: moved, Have: applied.Written[0]}}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("update over a rewritten entry: %v, want a conflict", err)
+	}
+	if after := c.Witnesses(); !slices.Equal(after, before) {
+		t.Fatalf("witnesses after a refused write %+v, want %+v", after, before)
+	}
+}

@@ -91,6 +91,18 @@ func (r *nodeRegistry) sawIndex(node string, i uint64) {
 	r.high[node] = max(r.high[node], i)
 }
 
+// highest is the highest index a committed transaction returned, on any
+// node.
+func (r *nodeRegistry) highest() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var m uint64
+	for _, i := range r.high {
+		m = max(m, i)
+	}
+	return m
+}
+
 // Committed returns the highest index a committed transaction returned for
 // an entry on node (0: none since the start or the last ResetCommitted).
 func (c *Client) Committed(node string) uint64 {

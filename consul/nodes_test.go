@@ -137,6 +137,9 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("after our delete, witnesses %+v, want %s's delete", c.Witnesses(), first.ID)
 	}
 	del := c.Witnesses()[i]
+	if rewritten := applied.Written[0].ServiceIndex; del.Index < rewritten {
+		t.Fatalf("our delete's witness says it committed after index %d, below the entry's own %d", del.Index, rewritten)
+	}
 	if r, err := c.ReadWitness(ctx, del); err != nil || r.Found {
 		t.Fatalf("ReadWitness of our delete: %+v, %v", r, err)
 	}

@@ -11,18 +11,15 @@ import (
 )
 
 // Witness is one committed service write: the entry must be in Consul at
-// exactly that index (a later write of ours retires the witness before it
-// is sent) unless Consul lost or rolled it back, or someone else rewrote
-// it. With Deleted, it is our committed delete of the entry: the entry
-// must not be in Consul at all.
-//
-// Only exact equality holds after two faults: Consul that lost its last
-// writes reuses their indexes, so a restore of a snapshot taken before the
-// loss brings entries back at indexes above those written since (found by
-// the soak: a kill -9 of every server, then such a restore).
+// that index, or a later one (someone's later write; a write of ours
+// retires the witness before it is sent), unless Consul lost or rolled it
+// back. With Deleted, it is our committed delete of the entry, which
+// committed after Index: the entry must not be back at a lower index. The
+// loss check holds witnesses at indexes Consul may have handed out twice
+// to exactly their index (supervisor's checkWitness).
 type Witness struct {
 	Node, ID, Name string
-	Index          uint64 // 0 with Deleted
+	Index          uint64
 	Deleted        bool
 	At             time.Time // when it was committed
 }
@@ -52,17 +49,37 @@ func (r *nodeRegistry) witnessed(w Witness) {
 	r.witnesses = append(r.witnesses, w)
 }
 
-// unwitness retires the witness of entry id, if any: before a write of
-// the entry is sent (the entry is then at an index the witness does not
-// know, or gone, before the answer comes back), and for good when the
-// write gets no answer (it may or may not have committed).
-func (r *nodeRegistry) unwitness(id string) {
-	if id == "" {
-		return
-	}
+// retire retires the witnesses of the entries ids before a write of them
+// is sent (the entries are then at indexes the witnesses do not know, or
+// gone, before the answer comes back) and returns them: for good when the
+// write gets no answer (it may or may not have committed), reinstated
+// when Consul refused it (nothing committed).
+func (r *nodeRegistry) retire(ids []string) []Witness {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == id })
+	var out []Witness
+	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool {
+		if slices.Contains(ids, o.ID) {
+			out = append(out, o)
+			return true
+		}
+		return false
+	})
+	return out
+}
+
+// reinstate puts retired witnesses back in their place (oldest first),
+// each unless a newer one of its entry stands.
+func (r *nodeRegistry) reinstate(ws []Witness) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range ws {
+		if slices.ContainsFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID }) {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(r.witnesses, w, func(a, b Witness) int { return a.At.Compare(b.At) })
+		r.witnesses = slices.Insert(r.witnesses, i, w)
+	}
 }
 
 // ForgetWitnesses retires the witnesses of the entries whose ID starts
@@ -100,7 +117,7 @@ type WitnessRead struct {
 	Ours bool
 }
 
-// ReadWitness reads w's entry (one small request).
+// ReadWitness reads w's entry (one small consistent request).
 func (c *Client) ReadWitness(ctx context.Context, w Witness) (WitnessRead, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return WitnessRead{}, err
@@ -108,7 +125,10 @@ func (c *Client) ReadWitness(ctx context.Context, w Witness) (WitnessRead, error
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
+	// Consistent: a leader elected a moment ago answers a default read
+	// before it has applied the log, which would show a write just before
+	// the outage as undone (its witnesses are checked right then).
+	q := c.opts.Scope.instanceQuery(&api.QueryOptions{RequireConsistent: true, Filter: fmt.Sprintf("Service.ID == %q and Node.Node == %q", w.ID, w.Node)}).WithContext(rctx)
 	entries, _, err := c.api.ServiceEntries(w.Name, q)
 	if err != nil {
 		return WitnessRead{}, fmt.Errorf("read entry %s on %s: %w", w.ID, w.Node, c.ctxErr(ctx, err))

@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
@@ -78,11 +79,16 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 		// From now on the entries are not where their witnesses say (a
 		// check reading one as this commits would take our own write
 		// for a loss); without an answer they witness nothing at all.
-		for _, g := range groups[:n] {
-			c.nodes.unwitness(g.id())
+		ids := make([]string, n)
+		for i, g := range groups[:n] {
+			ids[i] = g.id()
 		}
+		retired := c.nodes.retire(ids)
 		resp, err := c.commitGroups(ctx, groups[:n], nodes)
 		if err != nil {
+			if te := (*TxnError)(nil); errors.As(err, &te) {
+				c.nodes.reinstate(retired) // refused: nothing committed
+			}
 			return done, err
 		}
 		done.Txns++

@@ -68,6 +68,12 @@ type lossDetector struct {
 	index     map[string]uint64           // per node: the last catalog index read
 	kv        uint64                      // the highest KV index read (StateKey)
 	turn      int                         // round-robin start of the next index reads
+	// reused is the highest Consul index this process had seen when it
+	// last found a loss: Consul that lost its last writes hands their
+	// indexes out again, so an entry at an index up to this one may be an
+	// older write than one at a lower index (see checkWitness). Never
+	// reset.
+	reused uint64
 }
 
 // finding is one reason to believe Consul lost data.
@@ -142,8 +148,13 @@ func (d *lossDetector) checkIndex(node string, index, committed uint64) []findin
 }
 
 // reset starts a new history after a loss: what was just read is the
-// new normal.
-func (d *lossDetector) reset() {
+// new normal. committed is the highest index our writes had committed;
+// the highest index seen so far is kept as reused.
+func (d *lossDetector) reset(committed uint64) {
+	d.reused = max(d.reused, committed, d.kv, d.marks.Nodes, d.marks.Checks, d.round.marks.Nodes, d.round.marks.Checks)
+	for _, i := range d.index {
+		d.reused = max(d.reused, i)
+	}
 	d.index = nil
 	d.kv = 0
 	d.marks, d.committed, d.round = consul.CatalogMarks{}, 0, marksRound{}
@@ -202,7 +213,7 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 
 // WitnessReader is the part of the Store that keeps witnesses of its
 // committed writes (consul.Client): each entry must be in Consul at its
-// index or a later one. A restore taken before such a write undoes it, and
+// index or a later one, or, for our delete, gone (checkWitness). A restore taken before such a write undoes it, and
 // catalog writes right after the restore cannot hide that, as they can
 // hide the nodes' indexes going back.
 type WitnessReader interface {
@@ -228,7 +239,7 @@ const maxWitnessAge = 5 * time.Minute
 // a write or delete of ours sent while it was read is no loss) is a
 // finding.
 // It also reports whether every read answered.
-func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time) ([]finding, bool) {
+func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time, reused uint64) ([]finding, bool) {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -247,7 +258,7 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 		}
 	}
 	for _, w := range picked {
-		f, ok := checkWitness(ctx, wr, w)
+		f, ok := checkWitness(ctx, wr, w, reused)
 		if f != nil || !ok {
 			return f, ok
 		}
@@ -256,21 +267,33 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 }
 
 // checkWitness reads one witness: a finding, or none and whether the
-// reads answered. Our entry must be at exactly the witness's index (or,
-// for our delete, gone): a restore of a snapshot taken before Consul lost
-// its last writes brings entries back at indexes above the ones written
-// since, which reused the lost ones (consul.Witness). Someone else's
-// entry under the ID is no loss (the worker leaves it alone).
-func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]finding, bool) {
+// reads answered. Our entry must not be older than written (gone, or at a
+// lower index), nor back from before our delete (at an index below the
+// one the delete committed after). A later index is someone's later
+// write: another process of this cluster (a rolling update, a change of
+// --shards) writes our entries too. Someone else's entry under the ID is
+// no loss either (the worker leaves it alone).
+//
+// Except at indexes up to reused: Consul that lost its last writes hands
+// their indexes out again, and a restore of a snapshot taken before that
+// loss brings entries back at indexes above the ones written since (found
+// by the soak: a kill -9 of every Consul server, then such a restore). A
+// witness at such an index stands only while its entry is at exactly that
+// index, or, for a delete, gone.
+func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness, reused uint64) ([]finding, bool) {
+	strict := w.Index <= reused
 	var r consul.WitnessRead
 	for range 2 {
 		var err error
 		if r, err = wr.ReadWitness(ctx, w); err != nil {
 			return nil, false
 		}
-		asLeft := r.Found && (r.Index == w.Index || !r.Ours)
-		if w.Deleted {
-			asLeft = !r.Found || !r.Ours
+		var asLeft bool
+		switch {
+		case w.Deleted:
+			asLeft = !r.Found || !r.Ours || (!strict && r.Index >= w.Index)
+		default:
+			asLeft = r.Found && (!r.Ours || r.Index == w.Index || (!strict && r.Index > w.Index))
 		}
 		if asLeft || !wr.IsWitness(w) {
 			return nil, true
@@ -278,7 +301,7 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness) ([]fi
 	}
 	switch {
 	case w.Deleted:
-		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, deleted by us, is back at index %d", w.ID, w.Node, r.Index)}}, true
+		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, deleted by us after index %d, is back at index %d", w.ID, w.Node, w.Index, r.Index)}}, true
 	case !r.Found:
 		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}, true
 	}
@@ -366,10 +389,10 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		if len(found) == 0 {
 			now := s.opts.Clock.Now()
 			var ok bool
-			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now)
+			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.reused)
 			complete = complete && ok
 			if len(found) == 0 && frozen != nil {
-				found, ok = checkWitnesses(ctx, wr, frozen, now)
+				found, ok = checkWitnesses(ctx, wr, frozen, now, d.reused)
 				complete = complete && ok
 			}
 		}
@@ -419,8 +442,8 @@ func (s *Supervisor) lossSeen(reason string) {
 }
 
 func (s *Supervisor) dataLost(ctx context.Context, nw NodeWatcher, d *lossDetector, found []finding) {
+	d.reset(committedMax(nw))
 	nw.ResetCommitted()
-	d.reset()
 	n := s.repairAll(ctx)
 	details := make([]string, 0, len(found))
 	for _, f := range found {
