@@ -213,9 +213,10 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 
 // WitnessReader is the part of the Store that keeps witnesses of its
 // committed writes (consul.Client): each entry must be in Consul at its
-// index or a later one, or, for our delete, gone (checkWitness). A restore taken before such a write undoes it, and
-// catalog writes right after the restore cannot hide that, as they can
-// hide the nodes' indexes going back.
+// index or a later one, or, for our delete, gone (checkWitness). A
+// restore taken before such a write undoes it, and catalog writes right
+// after the restore cannot hide that, as they can hide the nodes' indexes
+// going back.
 type WitnessReader interface {
 	Witnesses() []consul.Witness // oldest first
 	IsWitness(consul.Witness) bool

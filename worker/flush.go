@@ -141,14 +141,14 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 			return res, err
 		}
 		if w.log.IsTrace() {
-			w.log.Trace("Writing", "register", changeIDs(ch.Register), "update", updateIDs(ch.Update),
-				"deregister", heldIDs(ch.Deregister), "resync", resyncPass, "attempt", attempt)
+			w.log.Trace("Writing", "register", idsOf(ch.Register, instanceID), "update", idsOf(ch.Update, updateID),
+				"deregister", idsOf(ch.Deregister, registeredID), "resync", resyncPass, "attempt", attempt)
 		}
 		var applied consul.Applied
 		deep(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
 		w.lastWrite = w.clock.Now()
 		if w.log.IsTrace() {
-			w.log.Trace("Wrote", "written", heldIDs(applied.Written), "deleted", applied.Deleted, "error", err)
+			w.log.Trace("Wrote", "written", idsOf(applied.Written, registeredID), "deleted", applied.Deleted, "error", err)
 		}
 		w.verified = nil // our write moved the indexes: the next pass reads
 		w.merge(applied)
@@ -353,27 +353,15 @@ func (w *Worker) merge(a consul.Applied) {
 	}
 }
 
-// changeIDs and heldIDs name the instances of a change, for trace logs.
-func changeIDs(in []consul.Instance) []string {
+// idsOf names the instances of a change, for trace logs.
+func idsOf[T any](in []T, id func(*T) string) []string {
 	out := make([]string, len(in))
 	for i := range in {
-		out[i] = in[i].ID
+		out[i] = id(&in[i])
 	}
 	return out
 }
 
-func updateIDs(in []consul.Update) []string {
-	out := make([]string, len(in))
-	for i := range in {
-		out[i] = in[i].Want.ID
-	}
-	return out
-}
-
-func heldIDs(in []consul.Registered) []string {
-	out := make([]string, len(in))
-	for i := range in {
-		out[i] = in[i].ID
-	}
-	return out
-}
+func instanceID(in *consul.Instance) string    { return in.ID }
+func updateID(u *consul.Update) string         { return u.Want.ID }
+func registeredID(r *consul.Registered) string { return r.ID }
