@@ -562,3 +562,41 @@ func TestRefusedWriteKeepsItsWitness(t *testing.T) {
 		t.Fatalf("witnesses after a refused write %+v, want %+v", after, before)
 	}
 }
+
+// queryingAPI records the options of every service-entries read.
+type queryingAPI struct {
+	catalogAPI
+	mu   *sync.Mutex
+	seen *[]api.QueryOptions
+}
+
+func (q queryingAPI) ServiceEntries(name string, o *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
+	q.mu.Lock()
+	*q.seen = append(*q.seen, *o)
+	q.mu.Unlock()
+	return q.catalogAPI.ServiceEntries(name, o)
+}
+
+// TestWitnessReadIsConsistent: a witness is read with ?consistent (a
+// leader elected a moment ago answers default reads before it has applied
+// its log, and the witnesses of the writes just before an outage are read
+// right when Consul answers again: the review's finding).
+func TestWitnessReadIsConsistent(t *testing.T) {
+	a := needConsul(t)
+	ctx := t.Context()
+	owner := testOwner{id: "consistentwit"}
+	var mu sync.Mutex
+	var seen []api.QueryOptions
+	c := newClient(queryingAPI{catalogAPI: apiAdapter{c: a.Client}, mu: &mu, seen: &seen}, owner, Options{})
+	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(0, "cw")}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.ReadWitness(ctx, c.Witnesses()[0]); err != nil || !r.Found || !r.Ours {
+		t.Fatalf("ReadWitness: %+v, %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || !seen[0].RequireConsistent || seen[0].AllowStale {
+		t.Fatalf("witness reads %+v, want one consistent read", seen)
+	}
+}
