@@ -105,7 +105,8 @@ func TestLeanReadsAgreeWithTheAPIClient(t *testing.T) {
 
 // BenchmarkDecode decodes Consul's own answers (a real agent's, 1,000
 // instances on one node: what a restart reads per node, and one Service's
-// transaction of 10) into consul/api's types and into the lean ones.
+// transaction of 10) into consul/api's types, into the lean ones with
+// encoding/json, and into the lean ones as the daemon does (decode).
 func BenchmarkDecode(b *testing.B) {
 	if agent == nil {
 		b.Skip("needs a real Consul agent; skipped under -short")
@@ -168,20 +169,28 @@ func BenchmarkDecode(b *testing.B) {
 		lean func() any
 	}{
 		{"node-services-1000", services, func() any { return &api.CatalogNodeServiceList{} }, func() any { return &wireNodeServices{} }},
-		{"health-node-1000", checks, func() any { return &api.HealthChecks{} }, func() any { return &[]*wireCheck{} }},
+		{"health-node-1000", checks, func() any { return &api.HealthChecks{} }, func() any { return new([]*wireCheck) }},
 		{"txn-answer-10", txn, func() any { return &api.TxnResponse{} }, func() any { return &wireTxnResponse{} }},
 	}
 	for _, tc := range cases {
-		for _, kind := range []string{"api", "lean"} {
+		if !scanDecode(tc.body, tc.lean()) {
+			b.Fatalf("%s: scanDecode gave up on Consul's answer", tc.name)
+		}
+		for _, kind := range []string{"api", "lean", "scan"} {
 			b.Run(tc.name+"/"+kind, func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(tc.body)))
 				for b.Loop() {
-					out := tc.full()
-					if kind == "lean" {
-						out = tc.lean()
+					var err error
+					switch kind {
+					case "api":
+						err = json.Unmarshal(tc.body, tc.full())
+					case "lean":
+						err = json.Unmarshal(tc.body, tc.lean())
+					case "scan":
+						err = decode(tc.body, tc.lean())
 					}
-					if err := json.Unmarshal(tc.body, out); err != nil {
+					if err != nil {
 						b.Fatal(err)
 					}
 				}

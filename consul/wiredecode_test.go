@@ -1,0 +1,335 @@
+package consul
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// The lean answers scanDecode decodes, each as a fresh out.
+var leanKinds = []struct {
+	name string
+	out  func() any
+}{
+	{"node-services", func() any { return new(*wireNodeServices) }},
+	{"node-services-struct", func() any { return &wireNodeServices{} }},
+	{"checks", func() any { return new([]*wireCheck) }},
+	{"entries", func() any { return new([]*wireEntry) }},
+	{"txn", func() any { return &wireTxnResponse{} }},
+}
+
+// agree checks decode against encoding/json for doc decoded into a fresh
+// out: when scanDecode takes the document, encoding/json must decode it
+// without error to the same value; decode must always give what
+// encoding/json gives. It returns whether scanDecode took it.
+func agree(t testing.TB, doc []byte, out func() any) bool {
+	t.Helper()
+	want := out()
+	wantErr := json.Unmarshal(doc, want)
+	got := out()
+	fast := scanDecode(doc, got)
+	if !fast && !reflect.DeepEqual(got, out()) {
+		t.Fatalf("scanDecode gave up on %q but changed out: %#v", doc, got)
+	}
+	if fast && wantErr != nil {
+		t.Fatalf("scanDecode took %q, which encoding/json refuses: %v", doc, wantErr)
+	}
+	if fast && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\nscanDecode    %s\nencoding/json %s", doc, dump(got), dump(want))
+	}
+	viaDecode := out()
+	if err := decode(doc, viaDecode); (err != nil) != (wantErr != nil) || (err == nil && !reflect.DeepEqual(viaDecode, want)) {
+		t.Fatalf("%q: decode gave %s (%v), encoding/json %s (%v)", doc, dump(viaDecode), err, dump(want), wantErr)
+	}
+	return fast
+}
+
+// dump shows a decoded value with its pointers followed.
+func dump(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%#v", v)
+	}
+	return string(b)
+}
+
+// consulAnswers are answers shaped as Consul writes them: every field of
+// consul/api's types (Proxy, Connect, TaggedAddresses, a check's
+// Definition and the service's tags), most of which the lean types skip.
+func consulAnswers(t testing.TB) map[string][]byte {
+	t.Helper()
+	svc := func(i int) *api.AgentService {
+		return &api.AgentService{
+			ID: fmt.Sprintf("k8s-a-default-web-10.0.0.%d-80", i), Service: "web", Tags: []string{"k8s-a", "blue"},
+			Meta: map[string]string{"external-source": "kubernetes", "k8s-cluster": "a", "k8s-pod": fmt.Sprintf("web-%d", i)},
+			Port: 80, Address: fmt.Sprintf("10.0.0.%d", i), Weights: api.AgentWeights{Passing: 1, Warning: 1},
+			TaggedAddresses: map[string]api.ServiceAddress{"lan_ipv4": {Address: "10.0.0.1", Port: 80}, "wan_ipv4": {Address: "10.0.0.1", Port: 80}},
+			Proxy:           &api.AgentServiceConnectProxyConfig{Mode: api.ProxyModeDefault, MeshGateway: api.MeshGatewayConfig{}, Expose: api.ExposeConfig{}},
+			Connect:         &api.AgentServiceConnect{}, CreateIndex: uint64(10 + i), ModifyIndex: uint64(20 + i), Namespace: "",
+		}
+	}
+	chk := func(i int) *api.HealthCheck {
+		return &api.HealthCheck{
+			Node: "k8s-a", CheckID: CheckID(svc(i).ID), Name: "Kubernetes readiness", Status: api.HealthPassing, Output: "Kubernetes: ready",
+			ServiceID: svc(i).ID, ServiceName: "web", ServiceTags: []string{"k8s-a", "blue"}, Type: "ttl",
+			Definition: api.HealthCheckDefinition{HTTP: "", Interval: 0}, CreateIndex: uint64(30 + i), ModifyIndex: uint64(40 + i),
+		}
+	}
+	marshal := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var svcs []*api.AgentService
+	var checks api.HealthChecks
+	var entries []*api.ServiceEntry
+	for i := range 3 {
+		svcs = append(svcs, svc(i))
+		checks = append(checks, chk(i))
+		entries = append(entries, &api.ServiceEntry{
+			Node:    &api.Node{Node: "k8s-a", Address: "127.0.0.1", Meta: map[string]string{"k8s-cluster": "a"}, TaggedAddresses: map[string]string{"lan": "127.0.0.1"}},
+			Service: svc(i), Checks: api.HealthChecks{chk(i), {Node: "k8s-a", CheckID: "serfHealth", Status: "passing"}},
+		})
+	}
+	txn := &api.TxnResponse{Results: api.TxnResults{
+		{Node: &api.Node{Node: "k8s-a", Address: "127.0.0.1", Meta: map[string]string{"k8s-cluster": "a"}, CreateIndex: 5, ModifyIndex: 7}},
+		{Service: svc(1)}, {Check: chk(1)},
+	}}
+	return map[string][]byte{
+		"node-services": marshal(&api.CatalogNodeServiceList{Node: &api.Node{Node: "k8s-a", Address: "127.0.0.1"}, Services: svcs}),
+		"checks":        marshal(checks),
+		"entries":       marshal(entries),
+		"txn":           marshal(txn),
+	}
+}
+
+// TestScanDecodesAsEncodingJSON: Consul's answers take the fast path and
+// decode as encoding/json decodes them; each odd document either does the
+// same or goes to encoding/json.
+func TestScanDecodesAsEncodingJSON(t *testing.T) {
+	real := consulAnswers(t)
+	for _, k := range leanKinds {
+		doc := real[strings.TrimSuffix(k.name, "-struct")]
+		if !agree(t, doc, k.out) {
+			t.Errorf("%s: scanDecode gave up on Consul's own answer", k.name)
+		}
+		pretty, err := json.MarshalIndent(json.RawMessage(doc), "", "    ") // as Consul writes it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !agree(t, pretty, k.out) {
+			t.Errorf("%s: scanDecode gave up on the indented answer", k.name)
+		}
+	}
+	svc := func(fields string) string { return `{"Services":[{` + fields + `}]}` }
+	cases := []struct {
+		kind, doc string
+		fast      bool
+	}{
+		{"node-services", svc(`"ID":"a\"b\\c\/d\n\u00e9\ud83d\ude00","Service":"x"`), true},
+		{"node-services", svc(`"ID":"lone \ud800 surrogate"`), true},
+		{"node-services", svc("\"ID\":\"raw \xc3\xa9 and invalid \xff\xfe\""), true},
+		{"node-services", svc(`"Tags":["a","b\u0000"],"Meta":{"k\u00e9y":"v","k":"1","k":"2"}`), true},
+		{"node-services", svc(`"ID":null,"Port":null,"Tags":null,"Meta":null,"Weights":null,"ModifyIndex":null`), true},
+		{"node-services", svc(`"Tags":[],"Meta":{},"Weights":{}`), true},
+		{"node-services", svc(`"Port":-0,"Weights":{"Passing":-3,"Warning":0},"ModifyIndex":18446744073709551615`), true},
+		{"node-services", `{"Services":null}`, true},
+		{"node-services", `{"Services":[]}`, true},
+		{"node-services", `{"Services":[null,{}]}`, true},
+		{"node-services", `{}`, true},
+		{"node-services", svc(`"Proxy":{"a":[1,2.5e-3,true,false,null,{"b":[[[]]]}]},"X":"\u0041"`), true},
+		{"node-services", " \t\r\n" + svc(` "ID" : "a" , "Port" : 1 `) + " \n", true},
+		{"node-services", `null`, false},
+		{"node-services", svc(`"id":"folded"`), false},
+		{"node-services", svc(`"ID":"a","ID":"b"`), false},
+		{"node-services", svc(`"I\u0044":"escaped key"`), false},
+		{"node-services", svc(`"Port":1.5`), false},
+		{"node-services", svc(`"Port":1e2`), false},
+		{"node-services", svc(`"Port":"80"`), false},
+		{"node-services", svc(`"Port":99999999999999999999`), false},
+		{"node-services", svc(`"ModifyIndex":-1`), false},
+		{"node-services", svc(`"ModifyIndex":18446744073709551616`), false},
+		{"node-services", svc(`"Tags":[null]`), false},
+		{"node-services", svc(`"Tags":"a"`), false},
+		{"node-services", svc(`"Meta":{"k":null}`), false},
+		{"node-services", svc(`"Meta":{"k":1}`), false},
+		{"node-services", svc(`"Weights":{"passing":1}`), false},
+		{"node-services", svc(`"Proxy":{"a":01}`), false},
+		{"node-services", svc(`"Proxy":{"a":tru}`), false},
+		{"node-services", svc(`"Proxy":"bad \x01 control"`), false},
+		{"node-services", svc(`"Proxy":"bad \x escape"`), false},
+		{"node-services", svc(`"Proxy":[1,]`), false},
+		{"node-services", svc(`"Proxy":` + strings.Repeat("[", 100) + strings.Repeat("]", 100)), false},
+		{"node-services", svc(`"ID":"a"`) + `x`, false},
+		{"node-services", svc(`"ID":"a"`)[:20], false},
+		{"checks", `[]`, true},
+		{"checks", `[null,{"CheckID":"c","ServiceID":"s","Status":"critical","Output":"\tx","Namespace":"ns","ModifyIndex":3,"Definition":{}}]`, true},
+		{"checks", `[{"serviceid":"s"}]`, false},
+		{"checks", `{}`, false},
+		{"entries", `[{"Node":null,"Service":null,"Checks":null}]`, true},
+		{"entries", `[{"Node":{"Node":"n","Address":"x"},"Checks":[]}]`, true},
+		{"entries", `[{"Node":{"Node":"n","node":"m"}}]`, false},
+		{"txn", `{"Results":null,"Errors":null}`, true},
+		{"txn", `{"Results":[null,{"Node":null},{"KV":{"Key":"k"}},{"Service":{"ID":"s","ModifyIndex":4,"Tags":["x"]}}]}`, true},
+		{"txn", `{"Results":[{"Check":{"CheckID":"c","ModifyIndex":5}}],"Errors":[{"OpIndex":0,"What":"no"}]}`, false},
+		{"txn", `null`, false},
+	}
+	kinds := map[string]func() any{}
+	for _, k := range leanKinds {
+		kinds[k.name] = k.out
+	}
+	for _, tc := range cases {
+		if fast := agree(t, []byte(tc.doc), kinds[tc.kind]); fast != tc.fast {
+			t.Errorf("%s %q: fast path %v, want %v", tc.kind, tc.doc, fast, tc.fast)
+		}
+	}
+}
+
+// TestScanDecodeMutations: thousands of documents a byte or a few away
+// from Consul's answers (truncated, spliced, with JSON's special
+// characters put in) each decode as encoding/json decodes them.
+func TestScanDecodeMutations(t *testing.T) {
+	real := consulAnswers(t)
+	rnd := rand.New(rand.NewPCG(17, 4))
+	special := []byte("\"\\{}[],:0123456789-+.eEtrufalsn u\x00\x1f\x7f\x80\xc3\xff")
+	n := 4000
+	if testing.Short() {
+		n = 500
+	}
+	fast := 0
+	for _, k := range leanKinds {
+		base := real[strings.TrimSuffix(k.name, "-struct")]
+		for range n {
+			doc := append([]byte(nil), base...)
+			for range 1 + rnd.IntN(3) {
+				if len(doc) == 0 {
+					break
+				}
+				i := rnd.IntN(len(doc))
+				switch rnd.IntN(4) {
+				case 0:
+					doc = append(doc[:i], doc[i+1:]...)
+				case 1:
+					doc = append(doc[:i], append([]byte{special[rnd.IntN(len(special))]}, doc[i:]...)...)
+				case 2:
+					doc[i] = special[rnd.IntN(len(special))]
+				case 3:
+					doc = doc[:i]
+				}
+			}
+			if agree(t, doc, k.out) {
+				fast++
+			}
+		}
+	}
+	if fast == 0 {
+		t.Error("no mutated document took the fast path: the test exercises only the fallback")
+	}
+	t.Logf("%d of %d mutated documents took the fast path", fast, n*len(leanKinds))
+}
+
+// FuzzScanDecode: go test -fuzz FuzzScanDecode ./consul (the seeds run in
+// every go test).
+func FuzzScanDecode(f *testing.F) {
+	for _, doc := range consulAnswers(f) {
+		f.Add(doc)
+	}
+	f.Add([]byte(`{"Services":[{"ID":"\ud800","Meta":{"a":"b","a":"c"}}]}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		for _, k := range leanKinds {
+			agree(t, doc, k.out)
+		}
+	})
+}
+
+// TestScanTakesConsulsAnswers: on a real agent, the answers of the reads
+// of owned state and of a transaction take the fast path, with tags, meta
+// and check output that need escapes and hold non-ASCII text, and decode
+// as encoding/json decodes them.
+func TestScanTakesConsulsAnswers(t *testing.T) {
+	a := needConsul(t)
+	owner := testOwner{id: "scan"}
+	c := NewClient(a.Client, owner, Options{})
+	in := []Instance{owner.instance(1, "web"), owner.instance(2, "web")}
+	in[0].Tags = append(in[0].Tags, `quote"back\slash`, "tab\there", "caf\u00e9 \U0001F600")
+	in[0].Meta["k8s-pod"] = "<pod>&\u2028"
+	in[1].Check = Check{Status: StatusCritical, Output: "line one\nline two \u00fc"}
+	if _, err := c.Apply(t.Context(), Change{Register: in}); err != nil {
+		t.Fatal(err)
+	}
+	node := owner.Node().Name
+	answers := map[string]func() any{
+		"/v1/catalog/node-services/" + node: func() any { return new(*wireNodeServices) },
+		"/v1/health/node/" + node:           func() any { return new([]*wireCheck) },
+		"/v1/health/service/web":            func() any { return new([]*wireEntry) },
+	}
+	for path, out := range answers {
+		resp, err := http.Get(a.HTTPAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+		if !agree(t, body, out) {
+			t.Errorf("GET %s: scanDecode gave up on Consul's answer:\n%s", path, body)
+		}
+	}
+	// A transaction's answer, as the daemon's raw client reads it.
+	ops := api.TxnOps{c.serviceOp(node, in[1], 0), c.checkOp(node, in[1], 0)}
+	ops[0].Service.Verb, ops[1].Check.Verb = api.ServiceSet, api.CheckSet
+	body, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, a.HTTPAddr+"/v1/txn", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("txn: %d %v %s", resp.StatusCode, err, txn)
+	}
+	if !agree(t, txn, func() any { return &wireTxnResponse{} }) {
+		t.Errorf("scanDecode gave up on a transaction's answer:\n%s", txn)
+	}
+}
+
+// TestScanLeavesAFilledOutToEncodingJSON: encoding/json merges into what
+// out already holds; scanDecode does not try.
+func TestScanLeavesAFilledOutToEncodingJSON(t *testing.T) {
+	real := consulAnswers(t)
+	filled := []any{
+		&wireNodeServices{Services: []*wireService{{ID: "kept"}}},
+		&[]*wireCheck{{CheckID: "kept"}},
+		&[]*wireEntry{{}},
+		&wireTxnResponse{Results: []wireTxnResult{{}}},
+	}
+	docs := []string{"node-services", "checks", "entries", "txn"}
+	for i, out := range filled {
+		if scanDecode(real[docs[i]], out) {
+			t.Errorf("%s: scanDecode decoded into a filled %T", docs[i], out)
+		}
+	}
+	p := &wireNodeServices{}
+	if scanDecode(real["node-services"], &p) {
+		t.Error("scanDecode decoded into a filled **wireNodeServices")
+	}
+}
