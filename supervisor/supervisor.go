@@ -209,19 +209,20 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	type ownedRead struct {
 		owned   map[k8s.Key][]consul.Registered
 		foreign int
+		took    time.Duration
 		err     error
 	}
 	readC := make(chan ownedRead, 1)
 	go func() {
 		owned, foreign, err := s.readOwned(ctx)
-		readC <- ownedRead{owned, foreign, err}
+		readC <- ownedRead{owned, foreign, s.opts.Clock.Since(start), err}
 	}()
 	if !s.opts.Watcher.WaitForSync(ctx) {
 		<-readC
 		return nil // ctx done
 	}
 	s.opts.Hooks.InformersSynced()
-	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()))
+	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()), "duration", s.opts.Clock.Since(start))
 	read := <-readC
 	if read.err != nil {
 		return nil // ctx done
@@ -232,7 +233,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	d := s.opts.Clock.Since(start)
 	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
-		"foreign_entries_on_node", foreign, "duration", d)
+		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
 	s.watchConsul(ctx)
 	return nil
 }
