@@ -37,6 +37,8 @@ func TestBudgetPriorityAndLatestStateWins(t *testing.T) {
 		o.Store = bs
 	})
 	h.start()
+	<-bs.asked // owning nothing, the worker waits for budget before it looks
+	bs.grant <- struct{}{}
 	if f := h.flush(); f.Wrote { // the first look: nothing to write yet
 		t.Fatalf("first look wrote: %+v", f)
 	}
@@ -72,6 +74,8 @@ func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
 		o.Store = bs
 	})
 	h.start()
+	<-bs.asked // owning nothing, the worker waits for budget before it looks
+	bs.grant <- struct{}{}
 	h.flush() // the first look: nothing to write yet
 	h.notify(func(s *k8s.Service) { s.Endpoints = []k8s.Endpoint{epA, epB} })
 	<-bs.asked
@@ -88,13 +92,14 @@ func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
 	h.wrote("-10.0.0.2:8080")
 }
 
-// TestBudgetWaitDoesNotRecomputeTheDesiredState: a change that waited for
-// budget with nothing newer arriving is written as diffed before the wait;
-// the desired state is computed once per flush, not again after the wait.
+// TestBudgetWaitDoesNotRecomputeTheDesiredState: a worker that owns
+// entries diffs before it waits for budget, and a change that waited with
+// nothing newer arriving is written as diffed: the desired state is
+// computed once per flush, not again after the wait.
 func TestBudgetWaitDoesNotRecomputeTheDesiredState(t *testing.T) {
 	var bs *budgetStore
 	var lookups atomic.Int64
-	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
 		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
 		o.Store = bs
 		look := o.Lookup
@@ -104,13 +109,61 @@ func TestBudgetWaitDoesNotRecomputeTheDesiredState(t *testing.T) {
 		}
 	})
 	h.start()
-	h.flush() // the first look: nothing to write yet
-	h.notify(addEndpoint(epA))
 	<-bs.asked
-	before := lookups.Load()
 	bs.grant <- struct{}{}
 	h.wrote("+10.0.0.1:8080")
+	h.clk.Step(W)
+	h.notify(addEndpoint(epB))
+	<-bs.asked
+	before := lookups.Load()
+	if before == 0 {
+		t.Fatal("a worker that owns entries asked for budget before it looked")
+	}
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.2:8080")
 	if n := lookups.Load() - before; n != 0 {
 		t.Errorf("the desired state was computed %d more times after the budget wait, want 0", n)
 	}
+}
+
+// TestBudgetWaitedForFirstWhenNothingIsOwned: a worker that owns nothing
+// (a cold start, a new Service) waits for budget before it computes its
+// desired state, at the priority its flush asks for, so that 10,000 of
+// them waiting hold no desired state or change; the look after the wait
+// sees what came meanwhile and is the only one. A worker that owns
+// entries and finds nothing to write asks for no budget at all.
+func TestBudgetWaitedForFirstWhenNothingIsOwned(t *testing.T) {
+	var bs *budgetStore
+	var lookups atomic.Int64
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
+		o.Store = bs
+		look := o.Lookup
+		o.Lookup = func() (*k8s.Service, bool) {
+			lookups.Add(1)
+			return look()
+		}
+	})
+	h.start()
+	if high := <-bs.asked; !high {
+		t.Fatal("the first (isolated) flush asked for bulk priority")
+	}
+	if n := lookups.Load(); n != 0 {
+		t.Fatalf("the desired state was computed %d times before the budget came, want 0", n)
+	}
+	h.notify(addEndpoint(epB)) // arrives while the worker waits
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+	if n := lookups.Load(); n != 1 {
+		t.Errorf("the desired state was computed %d times, want 1", n)
+	}
+	h.clk.Step(W)
+	h.w.Resync() // owns entries, nothing changed: no budget
+	h.awaitIdle(2)
+	select {
+	case high := <-bs.asked:
+		t.Fatalf("a look that wrote nothing asked for budget (high %v)", high)
+	default:
+	}
+	wantApplies(t, h, 1)
 }

@@ -128,6 +128,7 @@ type Worker struct {
 	blockedNow  int                          // desired instances the last sync left out for them
 	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
+	early       *consul.Permit               // the budget waited for before the flush (waitBudgetFirst)
 	resyncTimed bool                         // ... and only the period's (see unchangedSince)
 	// verified holds the indexes of the last read by name, if nothing
 	// was written since: a periodic pass that finds them unmoved has
@@ -293,6 +294,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				s.isolated = !waited && s.failures == 0
 				waited = false
+				w.waitBudgetFirst(ctx, &s)
 				if done := w.flushAside(ctx, &s); done {
 					return ErrFinished
 				}
