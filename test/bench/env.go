@@ -80,7 +80,7 @@ func (b *bench) setup() error {
 		kubeErr <- err
 	}()
 	var cerr error
-	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
+	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}, Servers: b.opts.consulServers})
 	if err := errors.Join(<-kubeErr, cerr); err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (b *bench) restartConsul() error {
 		return fmt.Errorf("restartConsul with a daemon running")
 	}
 	start := time.Now()
-	if err := b.consul.Restart(b.ctx); err != nil {
+	if err := b.consul.RestartEmpty(b.ctx); err != nil {
 		return err
 	}
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
