@@ -241,6 +241,25 @@ func (w *Watcher) Service(key Key) (*Service, bool, error) {
 	return view, true, nil
 }
 
+// Head returns the Service's own fields from the cache (no endpoints,
+// nodes or ingress routes: nothing merged), for what needs only those,
+// such as whether it is selected. It returns false if the Service is not
+// in the cache.
+func (w *Watcher) Head(key Key) (*Service, bool, error) {
+	obj, exists, err := w.services.GetIndexer().GetByKey(key.String())
+	if err != nil {
+		return nil, false, fmt.Errorf("get service %s from cache: %w", key, err)
+	}
+	if !exists {
+		return nil, false, nil
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, false, fmt.Errorf("get service %s from cache: unexpected type %T", key, obj)
+	}
+	return newService(svc, nil), true, nil
+}
+
 // endpointNodes returns the distinct node names of endpoints, in order.
 func endpointNodes(eps []Endpoint) []string {
 	var out []string

@@ -155,3 +155,32 @@ func assertAddresses(t *testing.T, w *Watcher, key Key, want ...string) {
 		t.Errorf("Service(%v) addresses = %v, want %v", key, got, want)
 	}
 }
+
+// TestWatcherHeadIsTheServiceWithoutEndpoints: Head gives what Service
+// gives but the merged parts (endpoints, nodes, ingress routes, problems).
+func TestWatcherHeadIsTheServiceWithoutEndpoints(t *testing.T) {
+	client := fake.NewClientset(
+		newTestService("shop", "web"),
+		newTestSlice("shop", "web-a", "web", v4, nil, endpoint("p1", "10.0.0.1"), endpoint("p2", "10.0.0.2")),
+	)
+	w, _ := startWatcher(t, client, 0)
+	full, ok, err := w.Service(web)
+	if err != nil || !ok || len(full.Endpoints) != 2 {
+		t.Fatalf("Service(web) = %+v, %v, %v; want 2 endpoints", full, ok, err)
+	}
+	head, ok, err := w.Head(web)
+	if err != nil || !ok {
+		t.Fatalf("Head(web) = _, %v, %v", ok, err)
+	}
+	if head.Endpoints != nil {
+		t.Errorf("Head(web) has endpoints %v", head.Endpoints)
+	}
+	want := *full
+	want.Endpoints, want.Nodes, want.Ingresses, want.Problems = nil, nil, nil, nil
+	if !reflect.DeepEqual(*head, want) {
+		t.Errorf("Head(web) = %+v\nwant        %+v", *head, want)
+	}
+	if _, ok, err := w.Head(Key{Namespace: "shop", Name: "missing"}); ok || err != nil {
+		t.Errorf("Head(missing) = _, %v, %v; want not found", ok, err)
+	}
+}

@@ -67,6 +67,7 @@ type Metrics struct {
 	started        prometheus.Counter
 	stopped        prometheus.Counter
 	bootstrapSecs  prometheus.Gauge
+	bootstrapRead  prometheus.Gauge
 	bootstrapped   prometheus.Gauge
 	bootstrapFails prometheus.Counter
 	ownedAtStart   prometheus.Gauge
@@ -117,6 +118,8 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Workers stopped (service gone and deregistered, or shutdown)."})
 	m.bootstrapSecs = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_supervisor_bootstrap_duration_seconds",
 		Help: "Time from start to a bootstrapped fleet (informers synced, owned state read)."})
+	m.bootstrapRead = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_supervisor_bootstrap_read_duration_seconds",
+		Help: "Time from start until the owned Consul state was read (beside the informers' sync; retries included)."})
 	m.bootstrapped = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_supervisor_bootstrapped",
 		Help: "1 once the fleet is bootstrapped."})
 	m.bootstrapFails = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_supervisor_bootstrap_read_errors_total",
@@ -221,8 +224,9 @@ type hooks struct{ m *Metrics }
 func (h hooks) WorkerStarted(k8s.Key)   { h.m.started.Inc() }
 func (h hooks) WorkerStopped(k8s.Key)   { h.m.stopped.Inc() }
 func (h hooks) WorkerRestarted(k8s.Key) { h.m.restarts.Inc() }
-func (h hooks) Bootstrapped(d time.Duration, owned, foreign int) {
+func (h hooks) Bootstrapped(d, read time.Duration, owned, foreign int) {
 	h.m.bootstrapSecs.Set(d.Seconds())
+	h.m.bootstrapRead.Set(read.Seconds())
 	h.m.bootstrapped.Set(1)
 	h.m.ownedAtStart.Set(float64(owned))
 	h.m.foreignAtStart.Set(float64(foreign))

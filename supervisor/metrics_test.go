@@ -5,9 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
@@ -239,4 +241,49 @@ func TestMetricsAreAnOption(t *testing.T) {
 	withHooks := opts
 	withHooks.Metrics, withHooks.Hooks = NewMetrics(prometheus.NewRegistry(), PerWorker{}), nopHooks{}
 	mustPanic("Metrics and Hooks", withHooks)
+}
+
+// slowRead is a memStore whose whole-fleet read takes took on clk; read
+// is closed once it returned.
+type slowRead struct {
+	*memStore
+	clk  *clocktesting.FakeClock
+	took time.Duration
+	read chan struct{}
+}
+
+func (s *slowRead) ReadNode(ctx context.Context) ([]consul.Registered, error) {
+	defer close(s.read)
+	s.clk.Step(s.took)
+	return s.memStore.ReadNode(ctx)
+}
+
+// TestBootstrapMetricsTimeTheRead: the bootstrap gauges give the time to a
+// bootstrapped fleet and, on its own, the time the owned-state read took.
+func TestBootstrapMetricsTimeTheRead(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, PerWorker{})
+	cluster, _ := ownership.New("test")
+	clk := clocktesting.NewFakeClock(time.Now())
+	w := newFakeWatcher()
+	store := &slowRead{newMemStore(), clk, 3 * time.Second, make(chan struct{})}
+	sup := New(Options{Worker: worker.Config{Cluster: cluster}, Watcher: w, Store: store, Metrics: m, Clock: clk})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-store.read
+	clk.Step(2 * time.Second) // the informers sync 2 s after the read
+	close(w.synced)
+	select {
+	case <-sup.BootstrapDone():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no bootstrap")
+	}
+	if got := testutil.ToFloat64(m.bootstrapRead); got != 3 {
+		t.Errorf("fleetsync_supervisor_bootstrap_read_duration_seconds = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.bootstrapSecs); got != 5 {
+		t.Errorf("fleetsync_supervisor_bootstrap_duration_seconds = %v, want 5", got)
+	}
 }

@@ -24,6 +24,9 @@ type Watcher interface {
 	Wait()
 	WaitForSync(ctx context.Context) bool
 	Service(key k8s.Key) (*k8s.Service, bool, error)
+	// Head is Service without the endpoints (for selection: nothing
+	// merged).
+	Head(key k8s.Key) (*k8s.Service, bool, error)
 	Keys() []k8s.Key
 }
 
@@ -88,7 +91,7 @@ type Hooks interface {
 	WorkerStarted(key k8s.Key)
 	WorkerStopped(key k8s.Key)
 	WorkerRestarted(key k8s.Key)
-	Bootstrapped(d time.Duration, owned, foreign int)
+	Bootstrapped(d, read time.Duration, owned, foreign int)
 	BootstrapReadFailed(err error)
 	InformersSynced()
 	ConsulDataLost(signal string)
@@ -101,18 +104,18 @@ type Hooks interface {
 
 type nopHooks struct{}
 
-func (nopHooks) WorkerStarted(k8s.Key)                {}
-func (nopHooks) WorkerStopped(k8s.Key)                {}
-func (nopHooks) WorkerRestarted(k8s.Key)              {}
-func (nopHooks) Bootstrapped(time.Duration, int, int) {}
-func (nopHooks) BootstrapReadFailed(error)            {}
-func (nopHooks) InformersSynced()                     {}
-func (nopHooks) ConsulDataLost(string)                {}
-func (nopHooks) ForeignNodes(int)                     {}
-func (nopHooks) ShardGained(int)                      {}
-func (nopHooks) ShardLost(int)                        {}
-func (nopHooks) ReplicaIDConflict()                   {}
-func (nopHooks) ConsulNodes(int)                      {}
+func (nopHooks) WorkerStarted(k8s.Key)                               {}
+func (nopHooks) WorkerStopped(k8s.Key)                               {}
+func (nopHooks) WorkerRestarted(k8s.Key)                             {}
+func (nopHooks) Bootstrapped(time.Duration, time.Duration, int, int) {}
+func (nopHooks) BootstrapReadFailed(error)                           {}
+func (nopHooks) InformersSynced()                                    {}
+func (nopHooks) ConsulDataLost(string)                               {}
+func (nopHooks) ForeignNodes(int)                                    {}
+func (nopHooks) ShardGained(int)                                     {}
+func (nopHooks) ShardLost(int)                                       {}
+func (nopHooks) ReplicaIDConflict()                                  {}
+func (nopHooks) ConsulNodes(int)                                     {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -231,7 +234,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.setNodes(owned)
 	s.startFleet(ctx, owned)
 	d := s.opts.Clock.Since(start)
-	s.opts.Hooks.Bootstrapped(d, countOwned(owned), foreign)
+	s.opts.Hooks.Bootstrapped(d, read.took, countOwned(owned), foreign)
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
 	s.watchConsul(ctx)
@@ -335,7 +338,7 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.
 func (s *Supervisor) selectedCount() int {
 	selected := 0
 	for _, key := range s.opts.Watcher.Keys() {
-		if _, ok := s.lookup(key); ok {
+		if s.selected(key) {
 			selected++
 		}
 	}

@@ -19,8 +19,14 @@ func (s *Supervisor) wants(key k8s.Key) bool {
 	if !s.holds(key) {
 		return false
 	}
-	_, selected := s.lookup(key)
-	return selected
+	return s.selected(key)
+}
+
+// selected reports whether the Service is in the cache and selected (its
+// own fields decide: nothing of its endpoints is merged).
+func (s *Supervisor) selected(key k8s.Key) bool {
+	svc, ok, err := s.opts.Watcher.Head(key)
+	return err == nil && ok && s.opts.Selector.Selected(svc)
 }
 
 func (s *Supervisor) lookup(key k8s.Key) (*k8s.Service, bool) {

@@ -59,6 +59,20 @@ func (w *Watcher) Service(key k8s.Key) (*k8s.Service, bool, error) {
 	return s, ok, nil
 }
 
+// Head returns the Service held for key without its endpoints, nodes and
+// ingress routes, as k8s.Watcher.Head does.
+func (w *Watcher) Head(key k8s.Key) (*k8s.Service, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.services[key]
+	if !ok || s == nil {
+		return nil, false, nil
+	}
+	h := *s
+	h.Endpoints, h.Nodes, h.Ingresses, h.Problems = nil, nil, nil, nil
+	return &h, true, nil
+}
+
 // Keys lists the Services held, sorted; then it runs the OnKeys hook.
 func (w *Watcher) Keys() []k8s.Key {
 	w.mu.Lock()

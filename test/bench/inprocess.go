@@ -105,6 +105,18 @@ func (s *memSource) WaitForSync(ctx context.Context) bool {
 func (s *memSource) Keys() []k8s.Key { return slices.Clone(s.keys) }
 
 // Service builds the view, endpoints sorted by address as k8s.Watcher's are.
+// Head is Service without the endpoints.
+func (s *memSource) Head(key k8s.Key) (*k8s.Service, bool, error) {
+	m, ok := s.services[key]
+	if !ok {
+		return nil, false, nil
+	}
+	return &k8s.Service{
+		Key: key, UID: m.uid, Type: corev1.ServiceTypeClusterIP, Annotations: s.ann,
+		Ports: []k8s.Port{{Name: "http", Port: 80, Protocol: "TCP"}},
+	}, true, nil
+}
+
 func (s *memSource) Service(key k8s.Key) (*k8s.Service, bool, error) {
 	m, ok := s.services[key]
 	if !ok {
