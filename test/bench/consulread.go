@@ -2,11 +2,16 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"golang.org/x/sync/errgroup"
 )
 
 // countNames returns how many Consul service names start with prefix, with
@@ -165,4 +170,52 @@ func (b *bench) catalogMarks() ([2]uint64, error) {
 		return [2]uint64{}, fmt.Errorf("consul /v1/health/node: %w", err)
 	}
 	return [2]uint64{nodes, meta.LastIndex}, nil
+}
+
+// readLimit is Consul's own limit for the daemon's owned-state read: the
+// same requests (every node of the daemons' cluster: its services, then
+// its checks), readers nodes at a time as the daemon reads them
+// (consul.nodeReaders), sent by a bare HTTP client that discards the
+// answers. It returns the time and the bytes read.
+func (b *bench) readLimit(readers int) (time.Duration, int64, error) {
+	nodes, _, err := b.consul.Client.Catalog().Nodes((&consulapi.QueryOptions{NodeMeta: clusterMeta}).WithContext(b.ctx))
+	if err != nil {
+		return 0, 0, fmt.Errorf("consul /v1/catalog/nodes: %w", err)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: readers, DisableCompression: true}}
+	defer hc.CloseIdleConnections()
+	get := func(path string) (int64, error) {
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, b.consul.HTTPAddr+path, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return n, err
+	}
+	var total atomic.Int64
+	g, _ := errgroup.WithContext(b.ctx)
+	g.SetLimit(readers)
+	start := time.Now()
+	for _, n := range nodes {
+		g.Go(func() error {
+			for _, p := range []string{"/v1/catalog/node-services/", "/v1/health/node/"} {
+				got, err := get(p + url.PathEscape(n.Node))
+				if err != nil {
+					return err
+				}
+				total.Add(got)
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return time.Since(start), total.Load(), err
 }

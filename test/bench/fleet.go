@@ -464,14 +464,29 @@ func (b *bench) restart() error {
 		return err
 	}
 	w := a1.minus(a0)
-	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_fleet_instance_writes_total", "fleetsync_consul_txn_ops_total", "fleetsync_supervisor_owned_instances_at_bootstrap")
+	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_fleet_instance_writes_total", "fleetsync_consul_txn_ops_total", "fleetsync_supervisor_owned_instances_at_bootstrap",
+		"fleetsync_supervisor_bootstrap_read_duration_seconds", "fleetsync_supervisor_bootstrap_duration_seconds")
 	if err != nil {
 		return err
 	}
+	// Consul's own limit for the owned-state read, with the daemon idle.
+	const readers = 4 // consul.nodeReaders
+	limit, bytes, err := b.readLimit(readers)
+	if err != nil {
+		return err
+	}
+	read := m["fleetsync_supervisor_bootstrap_read_duration_seconds"]
 	b.res.add("restart", "Raft applies caused by the restart", w.total, "applies", w.breakdown()+"; until 5 s after ready")
 	b.res.add("restart", "catalog writes caused by the restart", w.txn, "transactions", "target 0")
 	b.res.add("restart", "instances written by the new process", m["fleetsync_fleet_instance_writes_total"], "instances", "its own metric")
 	b.res.add("restart", "time to /readyz 200 after start", secs(readyAt.Sub(spawned)), "s", "")
+	b.res.add("restart", "owned-state read, from the supervisor's start", math.Round(read*1000)/1000, "s", "fleetsync_supervisor_bootstrap_read_duration_seconds (beside the informers' sync)")
+	b.res.add("restart", "bootstrap, from the supervisor's start", math.Round(m["fleetsync_supervisor_bootstrap_duration_seconds"]*1000)/1000, "s", "fleetsync_supervisor_bootstrap_duration_seconds (read, informers synced, workers started)")
+	b.res.add("restart", "Consul's read limit: the same reads, bare HTTP client", secs(limit), "s",
+		fmt.Sprintf("every node's services and checks, %d nodes at a time, %.1f MiB of answers discarded, daemon idle", readers, float64(bytes)/(1<<20)))
+	if read > 0 {
+		b.res.add("restart", "owned-state read / Consul's read limit", math.Round(read/limit.Seconds()*100)/100, "ratio", "1 = the read is as fast as Consul answers")
+	}
 	b.res.add("restart", "graceful shutdown (SIGTERM to exit)", secs(stopped.Sub(t0)), "s", "")
 	b.res.add("restart", "fewest instances in Consul during the restart", float64(least), "instances",
 		fmt.Sprintf("of %d; counted before the stop and whenever Consul's catalog-wide indexes (polled every 250 ms) moved: %d counts; any delete would also be a Raft apply", want, counts))
