@@ -48,8 +48,12 @@ func (s *jscan) ws() byte {
 	return 0
 }
 
-// end reports whether nothing but white space is left.
-func (s *jscan) end() bool { return s.ws() == 0 && !s.bad }
+// end reports whether nothing but white space is left (ws also returns 0
+// at a NUL byte, which is not the end).
+func (s *jscan) end() bool {
+	s.ws()
+	return s.i == len(s.b) && !s.bad
+}
 
 // eat consumes c after white space, or marks the scan bad.
 func (s *jscan) eat(c byte) {
@@ -346,7 +350,7 @@ type fields []string
 // field only case-insensitively (encoding/json would fill the field)
 // marks the scan bad.
 func (s *jscan) object(names fields, depth int, field func(k int)) {
-	if depth > maxDepth {
+	if depth > maxDepth || len(names) > 64 { // seen below has 64 bits
 		s.bad = true
 	}
 	s.eat('{')

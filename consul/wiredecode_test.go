@@ -171,6 +171,9 @@ func TestScanDecodesAsEncodingJSON(t *testing.T) {
 		{"node-services", svc(`"Proxy":[1,]`), false},
 		{"node-services", svc(`"Proxy":` + strings.Repeat("[", 100) + strings.Repeat("]", 100)), false},
 		{"node-services", svc(`"ID":"a"`) + `x`, false},
+		{"node-services", svc(`"ID":"a"`) + "\x00", false},
+		{"node-services", svc(`"ID":"a"`) + " \x00" + svc(`"ID":"b"`), false},
+		{"checks", "[]\x00", false},
 		{"node-services", svc(`"ID":"a"`)[:20], false},
 		{"checks", `[]`, true},
 		{"checks", `[null,{"CheckID":"c","ServiceID":"s","Status":"critical","Output":"\tx","Namespace":"ns","ModifyIndex":3,"Definition":{}}]`, true},
@@ -225,6 +228,9 @@ func TestScanDecodeMutations(t *testing.T) {
 					doc[i] = special[rnd.IntN(len(special))]
 				case 3:
 					doc = doc[:i]
+				}
+				if rnd.IntN(8) == 0 { // something after the document
+					doc = append(doc, special[rnd.IntN(len(special))])
 				}
 			}
 			if agree(t, doc, k.out) {
