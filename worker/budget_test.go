@@ -167,3 +167,32 @@ func TestBudgetWaitedForFirstWhenNothingIsOwned(t *testing.T) {
 	}
 	wantApplies(t, h, 1)
 }
+
+// TestBudgetNotWaitedForByLooksThatWriteNothing: a worker that owns
+// nothing and whose last look found nothing to write (a Service without
+// endpoints) looks before it asks for budget, so its Service's changes
+// cost no permit (nor a rate token) until one has something to write.
+func TestBudgetNotWaitedForByLooksThatWriteNothing(t *testing.T) {
+	var bs *budgetStore
+	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{}, 10)}
+		o.Store = bs
+	})
+	h.start()
+	<-bs.asked // the first look: owning nothing, it waits first
+	bs.grant <- struct{}{}
+	h.flush()
+	for range 3 {
+		h.notify(func(s *k8s.Service) { s.Annotations["note"] += "x" }) // nothing to write
+		h.flush()
+	}
+	select {
+	case high := <-bs.asked:
+		t.Fatalf("a look that wrote nothing asked for budget (high %v)", high)
+	default:
+	}
+	h.notify(addEndpoint(epA))
+	<-bs.asked
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080")
+}

@@ -37,6 +37,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	w.mu.Unlock()
 	w.setState(StateFlushing)
 	res, err := w.sync(ctx, s, coalesced > 0)
+	w.lookedEmpty = err == nil && res.applied.Txns == 0 && !res.skipped
 	if res.skipped && before != StateFlushing {
 		res.before = before
 	}
@@ -202,9 +203,9 @@ func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen u
 	if w.early != nil { // waited for before the look, which saw the latest state
 		permit := *w.early
 		w.early = nil
-		if ch.Empty() {
+		if err := ctx.Err(); err != nil || ch.Empty() {
 			permit.Release()
-			return ch, nil
+			return consul.Change{}, err
 		}
 		ch.High, ch.Permit = high, permit
 		ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
@@ -242,18 +243,23 @@ func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen u
 // 10). The look then runs once the permit is there and sees the latest
 // state; a flush that finds nothing to write gives the permit back. A
 // worker that owns entries looks first: most of its looks (a restart, a
-// resync) write nothing and need no budget. On error (ctx done) the
-// flush asks again itself.
-func (w *Worker) waitBudgetFirst(ctx context.Context, s *scheduler) {
-	if !w.ownedKnown || len(w.owned) > 0 || w.resyncDue || w.early != nil {
-		return
+// resync) write nothing and need no budget. So does a worker whose last
+// look found nothing to write (a Service without endpoints, or with
+// annotations it cannot use): a look that writes nothing must not cost a
+// rate token of --consul-max-writes-per-second, or a high-priority wait
+// ahead of real writes, on each of its Service's changes. The error is
+// ctx's.
+func (w *Worker) waitBudgetFirst(ctx context.Context, s *scheduler) error {
+	if !w.ownedKnown || len(w.owned) > 0 || w.resyncDue || w.lookedEmpty || w.early != nil {
+		return nil
 	}
 	w.setState(StateFlushing)
 	permit, err := w.opts.Store.Acquire(ctx, s.isolated)
 	if err != nil {
-		return
+		return err
 	}
 	w.early = &permit
+	return nil
 }
 
 // look computes the desired state and its diff against the owned state,

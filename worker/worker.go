@@ -129,6 +129,7 @@ type Worker struct {
 	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	early       *consul.Permit               // the budget waited for before the flush (waitBudgetFirst)
+	lookedEmpty bool                         // the last flush found nothing to write
 	resyncTimed bool                         // ... and only the period's (see unchangedSince)
 	// verified holds the indexes of the last read by name, if nothing
 	// was written since: a periodic pass that finds them unmoved has
@@ -294,7 +295,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				s.isolated = !waited && s.failures == 0
 				waited = false
-				w.waitBudgetFirst(ctx, &s)
+				if err := w.waitBudgetFirst(ctx, &s); err != nil && ctx.Err() != nil {
+					w.drain(ctx, &s)
+					return nil
+				}
 				if done := w.flushAside(ctx, &s); done {
 					return ErrFinished
 				}
