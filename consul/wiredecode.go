@@ -296,28 +296,28 @@ func (s *jscan) txnResult(depth int) wireTxnResult {
 				ID          string
 				ModifyIndex uint64
 			}{}
-			s.object(txnServiceFields, depth+1, func(k int) {
-				if k == 0 {
-					s.optStr(&v.ID)
-				} else {
-					s.optUint(&v.ModifyIndex)
-				}
-			})
+			s.idIndex(txnServiceFields, depth+1, &v.ID, &v.ModifyIndex)
 			r.Service = v
 		case 2:
 			v := &struct {
 				CheckID     string
 				ModifyIndex uint64
 			}{}
-			s.object(txnCheckFields, depth+1, func(k int) {
-				if k == 0 {
-					s.optStr(&v.CheckID)
-				} else {
-					s.optUint(&v.ModifyIndex)
-				}
-			})
+			s.idIndex(txnCheckFields, depth+1, &v.CheckID, &v.ModifyIndex)
 			r.Check = v
 		}
 	})
 	return r
+}
+
+// idIndex decodes an object of two fields, names[0] a string and names[1]
+// an index (a transaction's service or check result).
+func (s *jscan) idIndex(names fields, depth int, id *string, index *uint64) {
+	s.object(names, depth, func(k int) {
+		if k == 0 {
+			s.optStr(id)
+		} else {
+			s.optUint(index)
+		}
+	})
 }

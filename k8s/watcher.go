@@ -218,16 +218,9 @@ func (w *Watcher) HasSynced() bool {
 // Service builds the view of one Service from the caches, merging all of
 // its EndpointSlices. It returns false if the Service is not in the cache.
 func (w *Watcher) Service(key Key) (*Service, bool, error) {
-	obj, exists, err := w.services.GetIndexer().GetByKey(key.String())
-	if err != nil {
-		return nil, false, fmt.Errorf("get service %s from cache: %w", key, err)
-	}
-	if !exists {
-		return nil, false, nil
-	}
-	svc, ok := obj.(*corev1.Service)
-	if !ok {
-		return nil, false, fmt.Errorf("get service %s from cache: unexpected type %T", key, obj)
+	svc, ok, err := w.cachedService(key)
+	if err != nil || !ok {
+		return nil, false, err
 	}
 	endpointSlices, err := w.slicesOf(key)
 	if err != nil {
@@ -246,6 +239,15 @@ func (w *Watcher) Service(key Key) (*Service, bool, error) {
 // such as whether it is selected. It returns false if the Service is not
 // in the cache.
 func (w *Watcher) Head(key Key) (*Service, bool, error) {
+	svc, ok, err := w.cachedService(key)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return newService(svc, nil), true, nil
+}
+
+// cachedService returns the cached Service object of key.
+func (w *Watcher) cachedService(key Key) (*corev1.Service, bool, error) {
 	obj, exists, err := w.services.GetIndexer().GetByKey(key.String())
 	if err != nil {
 		return nil, false, fmt.Errorf("get service %s from cache: %w", key, err)
@@ -257,7 +259,7 @@ func (w *Watcher) Head(key Key) (*Service, bool, error) {
 	if !ok {
 		return nil, false, fmt.Errorf("get service %s from cache: unexpected type %T", key, obj)
 	}
-	return newService(svc, nil), true, nil
+	return svc, true, nil
 }
 
 // endpointNodes returns the distinct node names of endpoints, in order.
