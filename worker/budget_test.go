@@ -27,15 +27,29 @@ func (b *budgetStore) Acquire(ctx context.Context, high bool) (consul.Permit, er
 	}
 }
 
+// newBudgetHarness is a harness on svc whose store hands out the write
+// budget the test grants (grants buffered permits in advance) and counts
+// the desired-state lookups.
+func newBudgetHarness(t *testing.T, svc *k8s.Service, grants int) (*harness, *budgetStore, *atomic.Int64) {
+	var bs *budgetStore
+	lookups := new(atomic.Int64)
+	h := newHarness(t, svc, func(h *harness, o *Options) {
+		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{}, grants)}
+		o.Store = bs
+		look := o.Lookup
+		o.Lookup = func() (*k8s.Service, bool) {
+			lookups.Add(1)
+			return look()
+		}
+	})
+	return h, bs, lookups
+}
+
 // TestBudgetPriorityAndLatestStateWins: the first (isolated) flush asks for
 // high priority, a coalesced one for bulk; a change that arrives while the
 // worker waits for budget joins the write it was waiting for.
 func TestBudgetPriorityAndLatestStateWins(t *testing.T) {
-	var bs *budgetStore
-	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
-		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
-		o.Store = bs
-	})
+	h, bs, _ := newBudgetHarness(t, newSvc(nil), 0)
 	h.start()
 	<-bs.asked // owning nothing, the worker waits for budget before it looks
 	bs.grant <- struct{}{}
@@ -68,11 +82,7 @@ func TestBudgetPriorityAndLatestStateWins(t *testing.T) {
 // TestBudgetDeregisterOnlyIsHigh: a change that only removes instances gets
 // priority even when it was coalesced.
 func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
-	var bs *budgetStore
-	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
-		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{}, 10)}
-		o.Store = bs
-	})
+	h, bs, _ := newBudgetHarness(t, newSvc(nil), 10)
 	h.start()
 	<-bs.asked // owning nothing, the worker waits for budget before it looks
 	bs.grant <- struct{}{}
@@ -97,17 +107,7 @@ func TestBudgetDeregisterOnlyIsHigh(t *testing.T) {
 // nothing newer arriving is written as diffed: the desired state is
 // computed once per flush, not again after the wait.
 func TestBudgetWaitDoesNotRecomputeTheDesiredState(t *testing.T) {
-	var bs *budgetStore
-	var lookups atomic.Int64
-	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
-		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
-		o.Store = bs
-		look := o.Lookup
-		o.Lookup = func() (*k8s.Service, bool) {
-			lookups.Add(1)
-			return look()
-		}
-	})
+	h, bs, lookups := newBudgetHarness(t, newSvc([]k8s.Endpoint{epA}), 0)
 	h.start()
 	<-bs.asked
 	bs.grant <- struct{}{}
@@ -133,17 +133,7 @@ func TestBudgetWaitDoesNotRecomputeTheDesiredState(t *testing.T) {
 // sees what came meanwhile and is the only one. A worker that owns
 // entries and finds nothing to write asks for no budget at all.
 func TestBudgetWaitedForFirstWhenNothingIsOwned(t *testing.T) {
-	var bs *budgetStore
-	var lookups atomic.Int64
-	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
-		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{})}
-		o.Store = bs
-		look := o.Lookup
-		o.Lookup = func() (*k8s.Service, bool) {
-			lookups.Add(1)
-			return look()
-		}
-	})
+	h, bs, lookups := newBudgetHarness(t, newSvc([]k8s.Endpoint{epA}), 0)
 	h.start()
 	if high := <-bs.asked; !high {
 		t.Fatal("the first (isolated) flush asked for bulk priority")
@@ -173,11 +163,7 @@ func TestBudgetWaitedForFirstWhenNothingIsOwned(t *testing.T) {
 // endpoints) looks before it asks for budget, so its Service's changes
 // cost no permit (nor a rate token) until one has something to write.
 func TestBudgetNotWaitedForByLooksThatWriteNothing(t *testing.T) {
-	var bs *budgetStore
-	h := newHarness(t, newSvc(nil), func(h *harness, o *Options) {
-		bs = &budgetStore{fakeStore: h.store, asked: make(chan bool, 10), grant: make(chan struct{}, 10)}
-		o.Store = bs
-	})
+	h, bs, _ := newBudgetHarness(t, newSvc(nil), 10)
 	h.start()
 	<-bs.asked // the first look: owning nothing, it waits first
 	bs.grant <- struct{}{}
@@ -195,4 +181,21 @@ func TestBudgetNotWaitedForByLooksThatWriteNothing(t *testing.T) {
 	<-bs.asked
 	bs.grant <- struct{}{}
 	h.wrote("+10.0.0.1:8080")
+}
+
+// TestBudgetEarlyWaitCancelledDoesNotLook: a worker stopped while it waits
+// for the budget before its first look stops without looking (a cold
+// start's 10,000 waiting workers would all compute their desired states
+// at once on the way out).
+func TestBudgetEarlyWaitCancelledDoesNotLook(t *testing.T) {
+	h, bs, lookups := newBudgetHarness(t, newSvc([]k8s.Endpoint{epA}), 0)
+	h.start()
+	<-bs.asked
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := lookups.Load(); n != 0 {
+		t.Errorf("the desired state was computed %d times after the wait was cancelled, want 0", n)
+	}
+	wantApplies(t, h, 0)
 }
