@@ -37,6 +37,7 @@ type entry struct {
 	Marked      string // the cluster whose full ownership mark it carries, or ""
 	Key         key    // Cluster is Marked
 	Rev         string // its "rev" service meta (the model's service-meta-rev annotation)
+	Desc        string // service, address, port, tags and meta, for a violation's detail
 }
 
 // planted is an entry the soak wrote itself and that fleetsync must never
@@ -346,7 +347,8 @@ func (c *checker) read(ctx context.Context) (*reading, error) {
 		}
 		onCluster := c.clusterOfNode(n.Node)
 		for _, s := range list.Services {
-			e := entry{Node: n.Node, ID: s.ID, ModifyIndex: s.ModifyIndex}
+			e := entry{Node: n.Node, ID: s.ID, ModifyIndex: s.ModifyIndex,
+				Desc: fmt.Sprintf("%s %s:%d tags %v meta %v", s.Service, s.Address, s.Port, s.Tags, s.Meta)}
 			if m := markOf(s); m != "" && m == onCluster {
 				e.Marked = m
 				e.Key = key{m, s.Service, s.Address, s.Port}
@@ -547,8 +549,35 @@ func (c *checker) checkStreak(k key, s *streak, now time.Time, rule string) {
 		if len(kinds) > 0 {
 			fault = strings.Join(kinds, "+")
 		}
-		c.violate(now, rule, fault, k.String(), "for %.1fs (%.1fs after the last fault healed; bound %s)", now.Sub(s.Start).Seconds(), now.Sub(from).Seconds(), c.bound)
+		c.violate(now, rule, fault, k.String(), "for %.1fs (%.1fs after the last fault healed; bound %s)%s", now.Sub(s.Start).Seconds(), now.Sub(from).Seconds(), c.bound, c.heldFor(k))
 	}
+}
+
+// heldFor describes what the last reading found in Consul at k's address
+// and port on k's cluster's nodes, marked or not: what a violation's
+// reader needs first (an instance missing because someone else's entry
+// holds its ID, say).
+func (c *checker) heldFor(k key) string {
+	if c.last == nil {
+		return ""
+	}
+	suffix := fmt.Sprintf("_%s_%d", k.Addr, k.Port)
+	var out []string
+	for _, e := range c.last.Entries {
+		if c.clusterOfNode(e.Node) != k.Cluster || !strings.HasSuffix(e.ID, suffix) {
+			continue
+		}
+		who := "unmarked"
+		if e.Marked != "" {
+			who = "marked " + e.Marked + ", rev " + e.Rev
+		}
+		out = append(out, fmt.Sprintf("%s/%s at index %d (%s): %s", e.Node, e.ID, e.ModifyIndex, who, e.Desc))
+	}
+	if len(out) == 0 {
+		return "; Consul holds nothing at its address and port on the cluster's nodes"
+	}
+	slices.Sort(out)
+	return "; Consul holds at its address and port: " + strings.Join(out, "; ")
 }
 
 // closeStreak records how long k was missing (or extra), per fault type
