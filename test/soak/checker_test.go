@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,35 @@ func TestCheckerWantsTheCurrentValues(t *testing.T) {
 	read(33, "2")
 	if ok, _ := j.c.exact(); !ok {
 		t.Error("not exact with the current rev")
+	}
+}
+
+// TestCheckerNamesWhatHoldsAMissingInstance: a missing-instance violation
+// says what Consul holds at the instance's address and port on its
+// cluster's nodes (someone else's entry under its ID, here), and only
+// there.
+func TestCheckerNamesWhatHoldsAMissingInstance(t *testing.T) {
+	j := newJudged(t)
+	j.c.w.clusters = []*cluster{{id: "alpha"}}
+	k := key{"alpha", "svc-077", "10.10.0.193", 8080}
+	id := "k8s_alpha_soak-alpha_svc-077_10.10.0.193_8080"
+	entries := map[string]entry{
+		"k8s-alpha.1/" + id:                 {Node: "k8s-alpha.1", ID: id, ModifyIndex: 42, Desc: "svc-077 10.10.0.193:8080 tags [tampered]"},
+		"vm-legacy/legacy_10.10.0.193_8080": {Node: "vm-legacy", ID: "legacy_10.10.0.193_8080", Desc: "not alpha's node"},
+		"k8s-alpha/k8s_alpha_other_10.10.0.19_8080": {Node: "k8s-alpha", ID: "k8s_alpha_other_10.10.0.19_8080",
+			Desc: "another address"},
+	}
+	for _, s := range []float64{1, 32} {
+		r := &reading{At: j.t0.Add(time.Duration(s * float64(time.Second))), Desired: map[key]bool{k: true}, Present: map[key][]entry{}, Entries: entries}
+		j.c.mu.Lock()
+		j.c.judge(r, nil, 0, 0, r.At)
+		j.c.mu.Unlock()
+	}
+	if len(j.c.violations) != 1 || j.c.violations[0].Rule != "instance-missing" {
+		t.Fatalf("violations %+v, want one instance-missing", j.c.violations)
+	}
+	want := "; Consul holds at its address and port: k8s-alpha.1/" + id + " at index 42 (unmarked): svc-077 10.10.0.193:8080 tags [tampered]"
+	if d := j.c.violations[0].Detail; !strings.HasSuffix(d, want) {
+		t.Fatalf("detail %q\ndoes not end with %q", d, want)
 	}
 }
