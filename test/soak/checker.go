@@ -233,6 +233,19 @@ func (c *checker) unplant(id int) {
 	}
 }
 
+// tampers lists the tampered entries still planted (a copy of each).
+func (c *checker) tampers() []planted {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []planted
+	for _, p := range c.planted {
+		if p.Fault >= 0 && !p.Removed {
+			out = append(out, *p)
+		}
+	}
+	return out
+}
+
 // isPlanted reports whether node/id is a planted entry still held.
 func (c *checker) isPlanted(node, id string) bool {
 	c.mu.Lock()

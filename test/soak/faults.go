@@ -137,23 +137,35 @@ func (w *world) replant(ctx context.Context, p planted) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if held, err := heldAsPlanted(ctx, cl, p); err == nil && held {
+		return p.ModifyIndex, nil
+	}
+	return register(ctx, cl, p.reg)
+}
+
+// heldAsPlanted reports whether Consul holds p as it was planted: the
+// node record, or the service unmarked, at p's ModifyIndex.
+func heldAsPlanted(ctx context.Context, cl *consulapi.Client, p planted) (bool, error) {
 	q := (&consulapi.QueryOptions{}).WithContext(ctx)
 	if p.ID == "" {
 		n, _, err := cl.Catalog().Node(p.Node, q)
-		if err == nil && n != nil && n.Node != nil && n.Node.ModifyIndex == p.ModifyIndex {
-			return p.ModifyIndex, nil
+		if err != nil {
+			return false, err
 		}
-	} else {
-		list, _, err := cl.Catalog().NodeServiceList(p.Node, q)
-		if err == nil && list != nil {
-			for _, s := range list.Services {
-				if s.ID == p.ID && s.ModifyIndex == p.ModifyIndex && markOf(s) == "" {
-					return p.ModifyIndex, nil
-				}
+		return n != nil && n.Node != nil && n.Node.ModifyIndex == p.ModifyIndex, nil
+	}
+	list, _, err := cl.Catalog().NodeServiceList(p.Node, q)
+	if err != nil {
+		return false, err
+	}
+	if list != nil {
+		for _, s := range list.Services {
+			if s.ID == p.ID && s.ModifyIndex == p.ModifyIndex && markOf(s) == "" {
+				return true, nil
 			}
 		}
 	}
-	return register(ctx, cl, p.reg)
+	return false, nil
 }
 
 // fault runs one fault of kind: injects it, holds it, heals it. Only a
@@ -387,14 +399,13 @@ func (w *world) oldSnapshot(age time.Duration) ([]byte, time.Duration) {
 	return nil, 0
 }
 
-// restore restores snap (as `consul snapshot restore` does), then puts
-// the planted entries back as they were (the restore took them back in
-// time too) and removes tampered entries it brought back.
+// restore restores snap (as `consul snapshot restore` does), then
+// settles the planted entries (afterRestore).
 func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	w.chk.pausePlanted()
-	rebased := false
+	settled := false
 	defer func() { // the planted-entry check resumes whatever happens
-		if !rebased {
+		if !settled {
 			w.plantMu.Lock()
 			_ = w.chk.rebase(ctx, w.replant)
 			w.plantMu.Unlock()
@@ -418,11 +429,45 @@ func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	if _, err := w.consul.Leader(ctx); err != nil {
 		return err
 	}
-	// The restore may have brought back tampered entries the soak had
-	// removed, and undone those it still holds: the first go, the others
-	// are planted again, with no tamper planting or removing one meanwhile.
+	settled = true
+	return w.afterRestore(ctx)
+}
+
+// afterRestore settles the planted entries after a snapshot restore took
+// every entry back in time, with no tamper planting or removing one
+// meanwhile (plantMu), then resumes the planted-entry check:
+//
+//   - A tampered entry the restore undid (Consul holds fleetsync's entry
+//     under its ID again, or nothing) is not planted again: the tamper
+//     ends there. Written again, it could land over the entry fleetsync
+//     had just written after the restore, with no change of its Service
+//     to tell fleetsync: removed at the end of the tamper, it would be a
+//     delete fleetsync never saw (drift, repaired at the anti-entropy
+//     pass, not within the bound; found by the soak: one instance missing
+//     to the end of a run).
+//   - A tampered entry the soak had removed and the restore brought back
+//     is removed again.
+//   - Every other planted entry the restore lost or changed is planted
+//     again as it was (rebase).
+func (w *world) afterRestore(ctx context.Context) error {
 	w.plantMu.Lock()
 	defer w.plantMu.Unlock()
+	rebased := false
+	defer func() {
+		if !rebased {
+			_ = w.chk.rebase(ctx, w.replant)
+		}
+	}()
+	for _, p := range w.chk.tampers() {
+		held, err := w.heldAsPlanted(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !held {
+			w.chk.unplant(p.Fault)
+			w.logf("tamper: %s was undone by the restore; not planted again", p.What)
+		}
+	}
 	for _, t := range w.tampered {
 		if w.chk.isPlanted(t.node, t.id) {
 			continue
@@ -433,6 +478,25 @@ func (w *world) restore(ctx context.Context, snap []byte) (err error) {
 	}
 	rebased = true
 	return w.chk.rebase(ctx, w.replant)
+}
+
+// heldAsPlanted is heldAsPlanted on a running server, tried for up to a
+// minute.
+func (w *world) heldAsPlanted(ctx context.Context, p planted) (bool, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cl, err := w.consulClient()
+		if err == nil {
+			var held bool
+			if held, err = heldAsPlanted(ctx, cl, p); err == nil {
+				return held, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("reading %s: %w", p.What, err)
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
 }
 
 // compact compacts etcd to its current revision (etcd's JSON gateway).
