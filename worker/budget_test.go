@@ -199,3 +199,50 @@ func TestBudgetEarlyWaitCancelledDoesNotLook(t *testing.T) {
 	}
 	wantApplies(t, h, 0)
 }
+
+// TestLookAfterTheBudgetWaitKeepsTheBlockedRecheck: when a change arrives
+// while the worker waits for budget, the flush reports the look it made
+// after the wait, not the one before: an instance that look found blocked
+// (someone else's entry holds its ID) keeps the recheck running and is
+// registered once the entry is gone (the reviewer's finding: the blocked
+// count of the second look was dropped, and nothing rechecked).
+func TestLookAfterTheBudgetWaitKeepsTheBlockedRecheck(t *testing.T) {
+	h, bs, _ := newBudgetHarness(t, newSvc([]k8s.Endpoint{epA, epB}), 0)
+	h.start()
+	<-bs.asked
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
+	idA := h.store.instances()[0].ID
+	h.store.edit(idA, func(r *consul.Registered) {
+		r.Tags = []string{"theirs"}
+		r.Meta = map[string]string{"owner": "someone"}
+	})
+	// A leaves the Service; its deregister finds the entry someone
+	// else's (CAS conflict, re-read) and leaves it alone.
+	h.clk.Step(W)
+	h.notify(func(s *k8s.Service) { s.Endpoints = []k8s.Endpoint{epB} })
+	<-bs.asked
+	bs.grant <- struct{}{}
+	wantChange(t, h.apply(), "-10.0.0.1:8080")
+	if f := h.flush(); f.Err != nil {
+		t.Fatalf("flush: %+v", f)
+	}
+	// C comes: the look finds nothing blocked and waits for budget; A
+	// comes back meanwhile: the look after the wait leaves it out.
+	h.clk.Step(W)
+	h.notify(addEndpoint(epC))
+	<-bs.asked
+	h.notify(addEndpoint(epA))
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.3:8080")
+	if st := h.w.Status(); st.Blocked != 1 || st.Desired != 2 {
+		t.Fatalf("status says %d blocked and %d desired, want 1 and 2 (the look after the wait)", st.Blocked, st.Desired)
+	}
+	// Someone removes their entry: the recheck registers A.
+	h.store.remove(idA)
+	h.awaitTimer()
+	h.clk.Step(DefaultBlockedRecheck)
+	<-bs.asked
+	bs.grant <- struct{}{}
+	h.wrote("+10.0.0.1:8080")
+}

@@ -144,8 +144,21 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 			return res, nil
 		}
 		high := s.isolated || (len(ch.Register) == 0 && len(ch.Update) == 0)
-		if ch, err = w.acquire(ctx, high, ch, gen); err != nil || ch.Empty() {
+		var again *syncResult
+		ch, again, err = w.acquire(ctx, high, ch, gen)
+		if again != nil {
+			// Looked again while it waited: what the flush reports
+			// (blocked instances above all, which keep the recheck
+			// running) is that look's, not the stale one's.
+			res = *again
+			res.resync = resyncPass
+		}
+		if err != nil || res.invalid {
 			return res, err
+		}
+		if ch.Empty() {
+			res.finished = len(w.owned) == 0 && !w.selected()
+			return res, nil
 		}
 		if w.log.IsTrace() {
 			w.log.Trace("Writing", "register", idsOf(ch.Register, instanceID), "update", idsOf(ch.Update, updateID),
@@ -199,37 +212,40 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 // 10,000 Services, all waiting for the budget, computed every desired
 // state twice before (21 % of its CPU). High priority goes to isolated
 // changes and to changes that only remove instances.
-func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen uint64) (consul.Change, error) {
+func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen uint64) (consul.Change, *syncResult, error) {
 	if w.early != nil { // waited for before the look, which saw the latest state
 		permit := *w.early
 		w.early = nil
 		if err := ctx.Err(); err != nil || ch.Empty() {
 			permit.Release()
-			return consul.Change{}, err
+			return consul.Change{}, nil, err
 		}
 		ch.High, ch.Permit = high, permit
 		ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
-		return ch, nil
+		return ch, nil, nil
 	}
 	permit, err := w.opts.Store.Acquire(ctx, high)
 	if err != nil {
-		return consul.Change{}, err
+		return consul.Change{}, nil, err
 	}
+	var again *syncResult
 	if w.events.Load() != gen {
-		_, again, r, err := w.look()
+		desired, ch2, r, err := w.look()
+		r.desired = len(desired)
+		again = &r
 		if err != nil || r.invalid {
 			permit.Release()
-			return consul.Change{}, err
+			return consul.Change{}, again, err
 		}
-		ch = again
+		ch = ch2
 	}
 	if ch.Empty() {
 		permit.Release()
-		return ch, nil
+		return ch, again, nil
 	}
 	ch.High, ch.Permit = high, permit
 	ch.NodeFor = w.opts.Config.Cluster.NodeNameFor
-	return ch, nil
+	return ch, again, nil
 }
 
 // waitBudgetFirst waits for the write budget before the flush when the
