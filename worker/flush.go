@@ -132,13 +132,12 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 			}
 		}
 		gen := w.events.Load() // before the Lookup: a later change is seen by acquire
-		desired, ch, r, err := w.look()
+		ch, r, err := w.look()
 		res = r
 		res.resync = resyncPass
 		if err != nil || res.invalid {
 			return res, nil
 		}
-		res.desired = len(desired)
 		if ch.Empty() {
 			res.finished = len(w.owned) == 0 && !w.selected()
 			return res, nil
@@ -230,8 +229,7 @@ func (w *Worker) acquire(ctx context.Context, high bool, ch consul.Change, gen u
 	}
 	var again *syncResult
 	if w.events.Load() != gen {
-		desired, ch2, r, err := w.look()
-		r.desired = len(desired)
+		ch2, r, err := w.look()
 		again = &r
 		if err != nil || r.invalid {
 			permit.Release()
@@ -279,15 +277,18 @@ func (w *Worker) waitBudgetFirst(ctx context.Context, s *scheduler) error {
 }
 
 // look computes the desired state and its diff against the owned state,
-// on a short-lived goroutine (deep).
-func (w *Worker) look() (desired []consul.Instance, ch consul.Change, res syncResult, err error) {
+// on a short-lived goroutine (deep); the result counts the desired
+// instances.
+func (w *Worker) look() (ch consul.Change, res syncResult, err error) {
 	deep(func() {
+		var desired []consul.Instance
 		desired, res, err = w.desired()
+		res.desired = len(desired)
 		if err == nil && !res.invalid {
 			ch = Diff(desired, w.owned, w.nodeOf, w.mark)
 		}
 	})
-	return desired, ch, res, err
+	return ch, res, err
 }
 
 // nodeOf names the Consul node an instance of this cluster belongs on. An

@@ -329,25 +329,37 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 
 // untamper removes a tampered entry (if it is still not fleetsync's).
 func (w *world) untamper(ctx context.Context, node, id string) error {
+	err := w.withConsul(ctx, func(cl *consulapi.Client) error {
+		list, _, err := cl.Catalog().NodeServiceList(node, (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		for _, s := range list.Services {
+			if s.ID == id && markOf(s) == "" {
+				_, err = cl.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: node, ServiceID: id}, (&consulapi.WriteOptions{}).WithContext(ctx))
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("removing tampered entry %s/%s: %w", node, id, err)
+	}
+	return nil
+}
+
+// withConsul runs f on a running server's client until it succeeds, for
+// up to a minute (a server may be down for a fault meanwhile).
+func (w *world) withConsul(ctx context.Context, f func(*consulapi.Client) error) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		cl, err := w.consulClient()
 		if err == nil {
-			var list *consulapi.CatalogNodeServiceList
-			list, _, err = cl.Catalog().NodeServiceList(node, (&consulapi.QueryOptions{}).WithContext(ctx))
-			if err == nil {
-				for _, s := range list.Services {
-					if s.ID == id && markOf(s) == "" {
-						_, err = cl.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: node, ServiceID: id}, (&consulapi.WriteOptions{}).WithContext(ctx))
-					}
-				}
-			}
-			if err == nil {
+			if err = f(cl); err == nil {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("removing tampered entry %s/%s: %w", node, id, err)
+			return err
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
@@ -459,9 +471,13 @@ func (w *world) afterRestore(ctx context.Context) error {
 		}
 	}()
 	for _, p := range w.chk.tampers() {
-		held, err := w.heldAsPlanted(ctx, p)
-		if err != nil {
+		var held bool
+		err := w.withConsul(ctx, func(cl *consulapi.Client) (err error) {
+			held, err = heldAsPlanted(ctx, cl, p)
 			return err
+		})
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", p.What, err)
 		}
 		if !held {
 			w.chk.unplant(p.Fault)
@@ -478,25 +494,6 @@ func (w *world) afterRestore(ctx context.Context) error {
 	}
 	rebased = true
 	return w.chk.rebase(ctx, w.replant)
-}
-
-// heldAsPlanted is heldAsPlanted on a running server, tried for up to a
-// minute.
-func (w *world) heldAsPlanted(ctx context.Context, p planted) (bool, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		cl, err := w.consulClient()
-		if err == nil {
-			var held bool
-			if held, err = heldAsPlanted(ctx, cl, p); err == nil {
-				return held, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return false, fmt.Errorf("reading %s: %w", p.What, err)
-		}
-		sleep(ctx, 500*time.Millisecond)
-	}
 }
 
 // compact compacts etcd to its current revision (etcd's JSON gateway).
