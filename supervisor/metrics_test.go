@@ -245,6 +245,22 @@ func TestMetricsAreAnOption(t *testing.T) {
 
 // slowRead is a memStore whose whole-fleet read takes took on clk; read
 // is closed once it returned.
+// sinceClock signals each Since: the only one before the informers sync
+// is the one that times the owned-state read.
+type sinceClock struct {
+	*clocktesting.FakeClock
+	since chan struct{}
+}
+
+func (c sinceClock) Since(t time.Time) time.Duration {
+	d := c.FakeClock.Since(t)
+	select {
+	case c.since <- struct{}{}:
+	default:
+	}
+	return d
+}
+
 type slowRead struct {
 	*memStore
 	clk  *clocktesting.FakeClock
@@ -265,14 +281,16 @@ func TestBootstrapMetricsTimeTheRead(t *testing.T) {
 	m := NewMetrics(reg, PerWorker{})
 	cluster, _ := ownership.New("test")
 	clk := clocktesting.NewFakeClock(time.Now())
+	timed := sinceClock{clk, make(chan struct{}, 1)}
 	w := newFakeWatcher()
 	store := &slowRead{newMemStore(), clk, 3 * time.Second, make(chan struct{})}
-	sup := New(Options{Worker: worker.Config{Cluster: cluster}, Watcher: w, Store: store, Metrics: m, Clock: clk})
+	sup := New(Options{Worker: worker.Config{Cluster: cluster}, Watcher: w, Store: store, Metrics: m, Clock: timed})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- sup.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	<-store.read
+	<-timed.since             // the read's duration taken (before, a Step racing it made it 5 s now and then)
 	clk.Step(2 * time.Second) // the informers sync 2 s after the read
 	close(w.synced)
 	select {
