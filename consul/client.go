@@ -111,6 +111,10 @@ type Options struct {
 	// MarksMaxAge is how long one read of the catalog marks is shared
 	// (see CatalogMarks; default MarksMaxAge); negative: every call reads.
 	MarksMaxAge time.Duration
+	// Now is the clock of the witnesses' times and of the marks' sharing
+	// (default time.Now): the loss check compares the witnesses' times
+	// with its own clock, which tests fake.
+	Now func() time.Time
 }
 
 // Guard makes every transaction conditional on something outside the
@@ -205,7 +209,10 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 		opts.MarksMaxAge = MarksMaxAge
 	}
 	c := &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads)),
-		marks: marksCache{slot: make(chan struct{}, 1)}, now: time.Now}
+		marks: marksCache{slot: make(chan struct{}, 1)}, now: opts.Now}
+	if c.now == nil {
+		c.now = time.Now
+	}
 	c.SetGuard(opts.Guard)
 	return c
 }

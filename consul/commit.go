@@ -162,7 +162,7 @@ func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
 			}
 		}
 	}
-	now := time.Now()
+	now := c.now()
 	// Our deletes committed after every index this answer or an earlier
 	// one returned: a deleted entry back at a lower index is from before
 	// the delete (Witness.Index of a delete).
@@ -185,11 +185,24 @@ func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
 		}
 		if g.kind == kindDeregister {
 			done.Deleted = append(done.Deleted, g.have.ID)
-			c.nodes.witnessed(Witness{Node: g.have.Node, ID: g.have.ID, Name: g.have.Name, Index: after, Deleted: true, At: now})
+			// The delete committed above every index seen so far and
+			// above the entry's own: an entry back at any of them is
+			// from before it. (after alone may be the entry's own index,
+			// when it was our latest write: the node op of a delete
+			// changes nothing and returns the node's old index.)
+			at := max(after, g.have.ServiceIndex, g.have.CheckIndex) + 1
+			c.nodes.witnessed(Witness{Node: g.have.Node, ID: g.have.ID, Name: g.have.Name, Index: at, Deleted: true, At: now})
 			continue
 		}
 		if i := svcIndex[g.want.ID]; i > 0 {
-			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i, At: now})
+			// The check as this write left it: rewritten by it, or as
+			// read (an update that changes only the service sends no
+			// check op).
+			ci, ok := checkIndex[CheckID(g.want.ID)]
+			if !ok && g.have != nil && g.have.HasCheck {
+				ci = g.have.CheckIndex
+			}
+			c.nodes.witnessed(Witness{Node: g.node, ID: g.want.ID, Name: g.want.Name, Index: i, CheckIndex: ci, At: now})
 		}
 		r := Registered{Instance: g.want, Node: g.node, HasCheck: true, Namespace: c.opts.Scope.NamespaceOf(g.want)}
 		if g.have != nil {

@@ -106,8 +106,8 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("witnesses %+v, want %s at %d and %s (the writes came within %s)", ws, first.ID, applied.Written[0].ServiceIndex, third.ID, witnessEvery)
 	}
 	w := ws[0]
-	if r, err := c.ReadWitness(ctx, w); err != nil || !r.Found || !r.Ours || r.Index != w.Index {
-		t.Fatalf("ReadWitness: %+v %v, want ours at %d", r, err, w.Index)
+	if r, err := c.ReadWitness(ctx, w); err != nil || !r.Found || !r.Ours || r.Index != w.Index || w.CheckIndex == 0 || r.CheckIndex != w.CheckIndex {
+		t.Fatalf("ReadWitness: %+v %v, want ours at %d, its check at %d (not 0)", r, err, w.Index, w.CheckIndex)
 	}
 	// Removed behind our back: gone, and still a witness.
 	if _, err := a.Client.Catalog().Deregister(&api.CatalogDeregistration{Node: w.Node, ServiceID: w.ID}, nil); err != nil {
@@ -125,8 +125,10 @@ func TestWitnesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var gone Registered
 	for _, r := range cur {
 		if r.ID == first.ID {
+			gone = r
 			if _, err := c.Apply(ctx, Change{Deregister: []Registered{r}}); err != nil {
 				t.Fatal(err)
 			}
@@ -137,8 +139,12 @@ func TestWitnesses(t *testing.T) {
 		t.Fatalf("after our delete, witnesses %+v, want %s's delete", c.Witnesses(), first.ID)
 	}
 	del := c.Witnesses()[i]
-	if rewritten := applied.Written[0].ServiceIndex; del.Index < rewritten {
-		t.Fatalf("our delete's witness says it committed after index %d, below the entry's own %d", del.Index, rewritten)
+	// Above the entry's own indexes, even when it was our latest write
+	// (as here): a restore brings it back at exactly them (the review's
+	// finding: a delete witness at the entry's own index took the entry
+	// back for someone's later write).
+	if del.Index <= max(gone.ServiceIndex, gone.CheckIndex) {
+		t.Fatalf("our delete's witness says it committed at index %d or later, not above the entry's own %d/%d", del.Index, gone.ServiceIndex, gone.CheckIndex)
 	}
 	if r, err := c.ReadWitness(ctx, del); err != nil || r.Found {
 		t.Fatalf("ReadWitness of our delete: %+v, %v", r, err)

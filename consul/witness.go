@@ -13,13 +13,16 @@ import (
 // Witness is one committed service write: the entry must be in Consul at
 // that index, or a later one (someone's later write; a write of ours
 // retires the witness before it is sent), unless Consul lost or rolled it
-// back. With Deleted, it is our committed delete of the entry, which
-// committed after Index: the entry must not be back at a lower index. The
-// loss check holds witnesses at indexes Consul may have handed out twice
-// to exactly their index (supervisor's checkWitness).
+// back; so must its readiness check at CheckIndex (a change of readiness
+// alone rewrites only the check, which moves no node index). With
+// Deleted, it is our committed delete of the entry, which committed at
+// Index or later: the entry must not be back at a lower index. The loss
+// check holds witnesses at indexes Consul may have handed out twice to
+// exactly their index (supervisor's checkWitness).
 type Witness struct {
 	Node, ID, Name string
 	Index          uint64
+	CheckIndex     uint64 // 0: not known (the check is not compared)
 	Deleted        bool
 	At             time.Time // when it was committed
 }
@@ -83,8 +86,8 @@ func (r *nodeRegistry) reinstate(ws []Witness) {
 }
 
 // ForgetWitnesses retires the witnesses of the entries whose ID starts
-// with prefix: a Service this process no longer syncs (another replica
-// took it over, or it is gone) may be rewritten or deleted by others.
+// with prefix: a Service another replica took over may be rewritten or
+// deleted by it. (A Service that is gone keeps its deletes as witnesses.)
 func (c *Client) ForgetWitnesses(prefix string) {
 	c.nodes.mu.Lock()
 	defer c.nodes.mu.Unlock()
@@ -109,8 +112,9 @@ func (c *Client) IsWitness(w Witness) bool {
 
 // WitnessRead is what ReadWitness found of a witness's entry.
 type WitnessRead struct {
-	Found bool
-	Index uint64 // the entry's service index, when found
+	Found      bool
+	Index      uint64 // the entry's service index, when found
+	CheckIndex uint64 // its readiness check's index; 0: no check
 	// Ours: the entry found carries the owner's mark (Owner.Owns). Someone
 	// else's entry under the ID (a tamperer's, say) is not a loss: the
 	// worker's next read finds it and leaves it alone.
@@ -136,7 +140,13 @@ func (c *Client) ReadWitness(ctx context.Context, w Witness) (WitnessRead, error
 	for _, e := range entries {
 		if e.Service != nil && e.Node != nil && e.Service.ID == w.ID && e.Node.Node == w.Node {
 			ours := c.owner.Owns(fromWire(e.Node.Node, e.Service, nil)) == nil
-			return WitnessRead{Found: true, Index: e.Service.ModifyIndex, Ours: ours}, nil
+			r := WitnessRead{Found: true, Index: e.Service.ModifyIndex, Ours: ours}
+			for _, hc := range e.Checks {
+				if hc.CheckID == CheckID(w.ID) && hc.ServiceID == w.ID {
+					r.CheckIndex = hc.ModifyIndex
+				}
+			}
+			return r, nil
 		}
 	}
 	return WitnessRead{}, nil

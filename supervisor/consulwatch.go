@@ -74,6 +74,10 @@ type lossDetector struct {
 	// older write than one at a lower index (see checkWitness). Never
 	// reset.
 	reused uint64
+	// since is when the last check whose witness reads all answered
+	// began: the next check reads every witness from then on, and the
+	// newest one from before (see checkWitnesses).
+	since time.Time
 }
 
 // finding is one reason to believe Consul lost data.
@@ -220,8 +224,8 @@ func (d *lossDetector) checkKV(index uint64) []finding {
 type WitnessReader interface {
 	Witnesses() []consul.Witness // oldest first
 	IsWitness(consul.Witness) bool
-	// ForgetWitnesses retires those of a Service this process stops
-	// syncing (another replica may rewrite or delete its entries).
+	// ForgetWitnesses retires those of a Service this process hands to
+	// another replica (which may rewrite or delete its entries).
 	ForgetWitnesses(idPrefix string)
 	ReadWitness(ctx context.Context, w consul.Witness) (consul.WitnessRead, error)
 }
@@ -235,12 +239,38 @@ var witnessAges = []time.Duration{2 * time.Second, 5 * time.Second, 15 * time.Se
 // maxWitnessAge: older witnesses are not read (an idle fleet reads none).
 const maxWitnessAge = 5 * time.Minute
 
+// witnessSince reports whether a write or delete of ours committed since
+// the last complete check began. Such a write moved the marks, and a
+// restore of a snapshot taken before it brings them back exactly: a
+// delete or a change of readiness alone moves no committed index, so the
+// skip on equal marks must not take the catalog for unchanged (the
+// review's finding: a Service's deletes undone that way stayed for good).
+func witnessSince(ws []consul.Witness, since time.Time) bool {
+	return len(ws) > 0 && !ws[len(ws)-1].At.Before(since)
+}
+
+// maxSinceReads bounds the witnesses from since that one check reads (a
+// check reads those of about one check interval: two a second).
+const maxSinceReads = 64
+
 // checkWitnesses reads the picked witnesses; one not as we left it (gone,
 // at another index, or back after our delete: twice, and still standing:
 // a write or delete of ours sent while it was read is no loss) is a
 // finding.
 // It also reports whether every read answered.
-func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now time.Time, reused uint64) ([]finding, bool) {
+//
+// Picked: every witness from since (when the last complete check began)
+// and the newest one from before it. A restore after since undoes our
+// writes from the snapshot's time to the restore's, a run of them with
+// nothing of ours after it but writes made after the restore: either one
+// of them is from since on, or the newest from before since is the last
+// of them. Writes after the restore, however many, hide neither (the age
+// picks alone missed a run that fell between two of them: found by
+// TestRestoreAfterAServiceWentRepairs, a Service's deletes undone and a
+// write 70 ms after the restore). A restore before since was the last
+// check's to find. Also picked: the newest, and the newest at least each
+// of witnessAges old.
+func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now, since time.Time, reused uint64) ([]finding, bool) {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -249,6 +279,13 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 	}
 	if len(ws) > 0 {
 		pick(ws[len(ws)-1])
+	}
+	first := sort.Search(len(ws), func(i int) bool { return !ws[i].At.Before(since) })
+	if first > 0 {
+		pick(ws[first-1])
+	}
+	for _, w := range ws[max(first, len(ws)-maxSinceReads):] {
+		pick(w)
 	}
 	for _, age := range witnessAges {
 		for i := len(ws) - 1; i >= 0; i-- {
@@ -289,12 +326,15 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness, reuse
 		if r, err = wr.ReadWitness(ctx, w); err != nil {
 			return nil, false
 		}
+		// At the index written, or (where Consul handed out no index
+		// twice) a later one.
+		stands := func(read, written uint64) bool { return read == written || (!strict && read > written) }
 		var asLeft bool
 		switch {
 		case w.Deleted:
 			asLeft = !r.Found || !r.Ours || (!strict && r.Index >= w.Index)
 		default:
-			asLeft = r.Found && (!r.Ours || r.Index == w.Index || (!strict && r.Index > w.Index))
+			asLeft = r.Found && (!r.Ours || (stands(r.Index, w.Index) && (w.CheckIndex == 0 || stands(r.CheckIndex, w.CheckIndex))))
 		}
 		if asLeft || !wr.IsWitness(w) {
 			return nil, true
@@ -306,7 +346,7 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness, reuse
 	case !r.Found:
 		return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is gone", w.ID, w.Node, w.Index)}}, true
 	}
-	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d, is at index %d", w.ID, w.Node, w.Index, r.Index)}}, true
+	return []finding{{SignalEntryLost, fmt.Sprintf("entry %s on node %s, committed at index %d (check %d), is at index %d (check %d)", w.ID, w.Node, w.Index, w.CheckIndex, r.Index, r.CheckIndex)}}, true
 }
 
 // watchConsul runs until ctx is done. Every NodeCheckInterval it reads the
@@ -340,6 +380,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			}
 		}
 		first = false
+		began := s.opts.Clock.Now()
 		if evidence != "" {
 			s.dataLost(ctx, nw, &d, []finding{{SignalWorker, evidence}})
 			continue
@@ -357,7 +398,8 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		// nodesPerCheck node indexes.
 		committed := committedMax(nw)
 		marks, merr := s.opts.Store.CatalogMarks(ctx, time.Now())
-		if merr == nil && !failed && frozen == nil && marks.Known() && marks == d.marks && committed == d.committed {
+		if merr == nil && !failed && frozen == nil && marks.Known() && marks == d.marks && committed == d.committed &&
+			!witnessSince(wr.Witnesses(), d.since) {
 			continue
 		}
 		// The nodes our writes committed to, taken before the read: the
@@ -389,13 +431,16 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		}
 		if len(found) == 0 {
 			now := s.opts.Clock.Now()
-			var ok bool
-			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.reused)
-			complete = complete && ok
+			var ok, frozenOK bool
+			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.since, d.reused)
 			if len(found) == 0 && frozen != nil {
-				found, ok = checkWitnesses(ctx, wr, frozen, now, d.reused)
-				complete = complete && ok
+				found, frozenOK = checkWitnesses(ctx, wr, frozen, now, d.since, d.reused)
+				ok = ok && frozenOK
 			}
+			if ok {
+				d.since = began // the next check reads what is newer
+			}
+			complete = complete && ok
 		}
 		frozen = nil
 		if len(found) > 0 {

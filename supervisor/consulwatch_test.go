@@ -608,6 +608,54 @@ func TestWitnessLostIsLoss(t *testing.T) {
 	})
 }
 
+// TestWitnessesSinceTheLastCheckAreRead: a restore undid one write (d)
+// between two others, and a write after the restore (e) is intact. The
+// picks by age alone read only the newest and the old one before d, at
+// any time: the restore went unseen. Every witness from when the last
+// complete check began, and the newest from before it, are read too, so
+// the check that follows the restore reads d (TestRestoreAfterAServiceWentRepairs
+// on a real Consul).
+func TestWitnessesSinceTheLastCheckAreRead(t *testing.T) {
+	start := time.Now()
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	a := consul.Witness{Node: "k8s-test", ID: "a", Name: "s0", Index: 10, At: at(0)}
+	d := consul.Witness{Node: "k8s-test", ID: "d", Name: "s1", Index: 20, At: at(time.Second), Deleted: true}
+	e := consul.Witness{Node: "k8s-test", ID: "e", Name: "s2", Index: 30, At: at(time.Second + 70*time.Millisecond)}
+	store := &witnessStore{watchStore: newWatchStore(), ws: []consul.Witness{a, d, e},
+		entries: map[string]uint64{"a": 10, "d": 5, "e": 30}, retired: map[string]bool{}} // d is back, from before our delete
+	cases := []struct {
+		name       string
+		now, since time.Time
+		lost       bool
+	}{
+		{"the last check began before d", at(6500 * time.Millisecond), at(500 * time.Millisecond), true},
+		{"the last check began between d and e", at(6500 * time.Millisecond), at(time.Second + 30*time.Millisecond), true},
+		{"the last check began after e: it was its to find", at(6500 * time.Millisecond), at(2 * time.Second), false},
+		{"the first check reads them all", at(6500 * time.Millisecond), time.Time{}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			found, ok := checkWitnesses(context.Background(), store, store.ws, tc.now, tc.since, 0)
+			if !ok {
+				t.Fatal("a read got no answer")
+			}
+			if lost := len(found) > 0; lost != tc.lost {
+				t.Fatalf("findings %v, want a loss: %v", found, tc.lost)
+			}
+			if tc.lost && !strings.Contains(found[0].detail, "entry d ") {
+				t.Fatalf("finding %q, want one of entry d", found[0].detail)
+			}
+		})
+	}
+	// By age alone (a check whose last complete one began after every
+	// witness), at any time from 2 s to 5 min after e, d is never read.
+	for now := at(3100 * time.Millisecond); now.Before(at(maxWitnessAge)); now = now.Add(time.Second) {
+		if found, _ := checkWitnesses(context.Background(), store, store.ws, now, now, 0); len(found) != 0 {
+			t.Fatalf("the age picks alone found %v at %s: the case above is not the gap it claims", found, now.Sub(start))
+		}
+	}
+}
+
 // oneEntry is a WitnessReader of one entry, as read.
 type oneEntry struct {
 	read     consul.WitnessRead
@@ -638,6 +686,12 @@ func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 	deleted := consul.Witness{Node: "k8s-test", ID: "z", Name: "s0", Index: 40, Deleted: true}
 	ours := func(i uint64) consul.WitnessRead { return consul.WitnessRead{Found: true, Index: i, Ours: true} }
 	theirs := func(i uint64) consul.WitnessRead { return consul.WitnessRead{Found: true, Index: i} }
+	// A write whose check committed later than its service (a change of
+	// readiness: the service op changes nothing).
+	checked := consul.Witness{Node: "k8s-test", ID: "c", Name: "s0", Index: 40, CheckIndex: 44}
+	withCheck := func(i, c uint64) consul.WitnessRead {
+		return consul.WitnessRead{Found: true, Index: i, CheckIndex: c, Ours: true}
+	}
 	for _, tc := range []struct {
 		name   string
 		w      consul.Witness
@@ -653,6 +707,12 @@ func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 		{"written: a later index Consul handed out twice", wrote, ours(55), 60, true},
 		{"written: as written, after a loss", wrote, ours(40), 60, false},
 		{"written: a later index past the reused ones", wrote, ours(75), 39, false},
+		{"checked: as written", checked, withCheck(40, 44), 0, false},
+		{"checked: the check older (a change of readiness undone)", checked, withCheck(40, 41), 0, true},
+		{"checked: the check gone", checked, withCheck(40, 0), 0, true},
+		{"checked: the check written again since", checked, withCheck(40, 50), 0, false},
+		{"checked: the check at a later index Consul handed out twice", checked, withCheck(40, 50), 60, true},
+		{"checked: someone else's entry", checked, consul.WitnessRead{Found: true, Index: 12, CheckIndex: 3}, 0, false},
 		{"deleted: gone", deleted, consul.WitnessRead{}, 0, false},
 		{"deleted: back from before the delete", deleted, ours(30), 0, true},
 		{"deleted: written again since", deleted, ours(45), 0, false},
@@ -792,22 +852,60 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 	}
 }
 
-// TestStoppedWorkerWitnessesNothing: a worker that ends (its Service gone,
-// or handed to another replica) retires its Service's witnesses, which
-// others may now rewrite or delete (the reviewer's finding: a replica that
-// took a Service over deleting an instance looked like a loss to the one
-// that wrote it).
-func TestStoppedWorkerWitnessesNothing(t *testing.T) {
+// TestHandedOverWorkerWitnessesNothing: a worker whose shard goes to
+// another replica retires its Service's witnesses, which that replica may
+// now rewrite or delete (the reviewer's finding: a replica that took a
+// Service over deleting an instance looked like a loss to the one that
+// wrote it), and it has done so when LoseShard returns.
+func TestHandedOverWorkerWitnessesNothing(t *testing.T) {
 	w, key := syncedWatcher("s0", "10.1.0.1")
-	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}}
+	store := newMemStore()
+	f, ctx := startSharded(t, w, store, "test", 1)
+	f.sup.GainShard(ctx, 0)
+	prefix := f.cluster.IDPrefix(key.Namespace, key.Name)
+	f.waitFor(t, "1 instance", func() bool { return store.count(prefix) == 1 })
+	if n := witnessesOf(store, prefix, false); n != 1 {
+		t.Fatalf("%d witnesses of the write, want 1", n)
+	}
+	f.sup.LoseShard(0)
+	if n := witnessesOf(store, prefix, false); n != 0 {
+		t.Fatalf("%d witnesses stand after the shard was handed over, want 0", n)
+	}
+}
+
+// TestFinishedWorkerKeepsItsDeleteWitnesses: a worker whose Service is
+// gone deletes its instances and ends; those deletes stay witnesses after
+// it ended. A restore of a snapshot taken before them brings the entries
+// back with no worker left to see it, and a write right after the restore
+// hides it from the node indexes: the witness is then the only evidence
+// (TestRestoreAfterAServiceWentRepairs, real Consul). Before, the ended
+// worker retired them too.
+func TestFinishedWorkerKeepsItsDeleteWitnesses(t *testing.T) {
+	w, key := syncedWatcher("s0", "10.1.0.1")
+	store := newMemStore()
 	f := startWith(t, w, store, nil)
-	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
+	prefix := f.cluster.IDPrefix(key.Namespace, key.Name)
+	f.waitFor(t, "1 instance", func() bool { return store.count(prefix) == 1 })
 	w.set(key, nil)
-	f.waitFor(t, "the worker finished and retired its witnesses", func() bool {
-		var got bool
-		store.edit(func(s *witnessStore) { got = slices.Contains(s.forgot, f.cluster.IDPrefix("ns", "s0")) })
-		return got && f.sup.Len() == 0
+	f.waitFor(t, "the instance deleted and the worker ended", func() bool {
+		return store.count(prefix) == 0 && f.sup.Len() == 0
 	})
+	f.stop() // every worker goroutine has returned
+	if n := witnessesOf(store, prefix, true); n != 1 {
+		t.Fatalf("%d witnesses of the delete after the worker ended, want 1", n)
+	}
+}
+
+// witnessesOf counts the standing witnesses of entries under prefix that
+// are deletes (deleted) or writes.
+func witnessesOf(store *memStore, prefix string, deleted bool) int {
+	n := 0
+	for _, w := range store.Witnesses() {
+		if strings.HasPrefix(w.ID, prefix) && w.Deleted == deleted {
+			n++
+		}
+	}
+	return n
 }
 
 // syncedWatcher is a synced fake watcher holding Service ns/name with ips.
@@ -1015,4 +1113,71 @@ func TestACheckWithoutAnswersSettlesNothing(t *testing.T) {
 	}
 	q.f.waitFor(t, "the restore found", func() bool { got, _ := q.hooks.got(); return len(got) > 0 })
 	q.f.waitFor(t, "s0 repaired", func() bool { return q.f.store.count(prefix) == 2 })
+}
+
+// TestDeleteUndoneByARestoreIsSeen (the review's finding): a quiet
+// fleet's check settled on the catalog's marks; a snapshot is taken, a
+// Service is deleted (its worker deletes its instance and ends), and the
+// snapshot is restored: the marks are back to those of the settled
+// check, and a delete moves no committed index, so every later check
+// skipped on them and the instance stayed for good. Now a witness from
+// after the last complete check forbids the skip, and the delete's
+// witness sits above the entry's own index even when the entry was our
+// latest write.
+func TestDeleteUndoneByARestoreIsSeen(t *testing.T) {
+	for _, name := range []string{"s0", "s1", "s2"} { // one of them was the latest write
+		t.Run(name, func(t *testing.T) {
+			q := newQuietChecks(t)
+			snap := q.store.twin.Snapshot()
+			key := k8s.Key{Namespace: "ns", Name: name}
+			prefix := q.f.cluster.IDPrefix(key.Namespace, key.Name)
+			q.w.set(key, nil)
+			q.f.waitFor(t, "deleted, its worker ended", func() bool { return q.f.store.count(prefix) == 0 && q.f.sup.Len() == 2 })
+			q.store.twin.Restore(snap)
+			if q.f.store.count(prefix) != 1 {
+				t.Fatal("the restore did not bring the instance back")
+			}
+			if !q.check() {
+				t.Fatal("the check after the restore skipped on the marks")
+			}
+			q.f.waitFor(t, "the instance deleted again", func() bool { return q.f.store.count(prefix) == 0 })
+			if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
+				t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+			}
+		})
+	}
+}
+
+// TestReadinessChangeUndoneByARestoreIsSeen (the review's finding): an
+// endpoint starts draining, which rewrites only its instance's check (the
+// service op changes nothing, and a check moves no node index); a restore
+// of a snapshot taken before that takes the check back to passing. The
+// witness holds the check's index too, so the next check sees it and the
+// worker repairs the check.
+func TestReadinessChangeUndoneByARestoreIsSeen(t *testing.T) {
+	q := newQuietChecks(t)
+	key := k8s.Key{Namespace: "ns", Name: "s0"}
+	status := func() string {
+		rs, err := q.f.store.reader().ReadPrefix(context.Background(), q.f.cluster.IDPrefix(key.Namespace, key.Name))
+		if err != nil || len(rs) != 1 {
+			return "?"
+		}
+		return string(rs[0].Check.Status)
+	}
+	snap := q.store.twin.Snapshot()
+	svc := service("ns", "s0", "10.1.0.1")
+	svc.Endpoints[0].Ready, svc.Endpoints[0].Serving, svc.Endpoints[0].Terminating = false, true, true
+	q.w.set(key, svc)
+	q.f.waitFor(t, "the check rewritten", func() bool { return status() == "warning" })
+	q.store.twin.Restore(snap)
+	if status() != "passing" {
+		t.Fatalf("after the restore the check is %s, want passing", status())
+	}
+	if !q.check() {
+		t.Fatal("the check after the restore skipped on the marks")
+	}
+	q.f.waitFor(t, "the check repaired", func() bool { return status() == "warning" })
+	if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/consultest"
@@ -118,16 +119,22 @@ func newMemStore() *memStore {
 	twinsMu.Unlock()
 	m := &memStore{twin: twin, other: twin.Client(), changed: make(chan struct{}, 1000)}
 	cluster, _ := ownership.New("test")
-	m.bind(cluster)
+	m.bind(cluster, nil)
 	return m
 }
 
-// bind makes the store the client of cluster (before the supervisor runs).
-func (m *memStore) bind(cluster ownership.Cluster) {
+// bind makes the store the client of cluster (before the supervisor runs),
+// on the supervisor's clock (nil: the real one): the witnesses' times are
+// compared with it.
+func (m *memStore) bind(cluster ownership.Cluster, clk clock.PassiveClock) {
 	m.cluster = cluster
-	// The marks are read on every call: the tests' clocks are fake, the
-	// sharing's is not (consul.TestCatalogMarksAreSharedForMaxAge).
-	m.Client = consul.NewClient(m.twin.Client(), cluster, consul.Options{MarksMaxAge: -1})
+	var now func() time.Time
+	if clk != nil {
+		now = clk.Now
+	}
+	// The marks are read on every call (consul.TestCatalogMarksAreSharedForMaxAge
+	// tests the sharing).
+	m.Client = consul.NewClient(m.twin.Client(), cluster, consul.Options{MarksMaxAge: -1, Now: now})
 }
 
 func (m *memStore) Apply(ctx context.Context, ch consul.Change) (consul.Applied, error) {
@@ -252,7 +259,7 @@ func startOptions(t *testing.T, w *fakeWatcher, store Store, opts func(*Options)
 	if edit != nil {
 		edit(sup)
 	}
-	memOf(store).bind(sup.opts.Worker.Cluster)
+	memOf(store).bind(sup.opts.Worker.Cluster, sup.opts.Clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fixture{w: w, store: memOf(store), sup: sup, cluster: sup.opts.Worker.Cluster, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- sup.Run(ctx) }()

@@ -109,9 +109,6 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	defer s.wg.Done()
 	defer close(e.done)
 	defer e.cancel(nil)
-	// Stopped, handed over or finished: its entries are someone else's
-	// business now, and witness nothing of this process.
-	defer s.opts.Store.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
 	for {
 		err := safeRun(ctx, e.w)
 		if ctx.Err() != nil {
@@ -140,7 +137,13 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 	}
 }
 
+// stopped removes a worker that was stopped (its shard handed over, or the
+// process stopping). Its Service's entries are another replica's business
+// now, which may rewrite or delete them: they witness nothing of this
+// process any more. This runs before the entry leaves the map and before
+// e.done closes, so no successor of the key has written yet.
 func (s *Supervisor) stopped(key k8s.Key, e *entry) {
+	s.opts.Store.ForgetWitnesses(s.opts.Worker.Cluster.IDPrefix(key.Namespace, key.Name))
 	s.mu.Lock()
 	if s.workers[key] == e {
 		delete(s.workers, key)
@@ -151,7 +154,13 @@ func (s *Supervisor) stopped(key k8s.Key, e *entry) {
 }
 
 // finished removes a worker whose Service is gone; if the Service came back
-// meanwhile (level-based re-check), a new worker takes over.
+// meanwhile (level-based re-check), a new worker takes over. The deletes
+// it committed stay witnesses: a restore of a snapshot taken before them
+// brings the entries back, with no worker of their Service left to see
+// it, and the loss check is then the only one that can (a write right
+// after the restore hides it from the node indexes). A successor or
+// another replica that writes the entries again does so at a later index,
+// which a delete witness accepts.
 func (s *Supervisor) finished(key k8s.Key, e *entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

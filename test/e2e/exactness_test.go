@@ -244,6 +244,71 @@ func TestSnapshotRestoreRepairs(t *testing.T) {
 	}
 }
 
+// TestRestoreAfterAServiceWentRepairs: a Service whose one instance is
+// our latest write is deleted (its worker deletes the instance and ends),
+// then Consul is restored from a snapshot taken before that, which brings
+// the instance back; another Service writes right after the restore,
+// which lifts the node's index above everything fleetsync saw, so the
+// index check cannot tell. The delete is the only evidence, and the
+// instance must be gone again within seconds. Three fixes of session 22
+// each fail this test when reverted: the delete stays a witness after its
+// worker ended; the check reads every witness from its last complete check
+// on (by age alone it never read the delete, 70 ms older than the write
+// after the restore); the delete's witness sits above the entry's own
+// index (it sat at it, our latest write, and the entry back there read as
+// someone's later write). The node check runs every 5 s here, so that the
+// write after the restore nearly always lands before it.
+func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Servers: 1, ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	names, keys := svcSet(t, e, "went", 3, 3, 60)
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=5s"}})
+	must(t, err)
+	t.Cleanup(func() { d.CloseT(t) })
+	want, set := keysOf(keys, names)
+	waitExact(t, own.Client, e.node(), want, set, 30*time.Second, "cold start")
+	// The Service to delete is left with one instance, our latest write:
+	// its delete's witness must sit above that write's index (the
+	// review's finding: it sat at it, and the entry back at it read as
+	// someone's later write).
+	gone := names[0]
+	ports := map[string]int32{"http": 80}
+	last := fixture.IPs(60, 5, 1)
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, gone, gone+"-stable", discoveryv1.AddressTypeIPv4, ports, last)))
+	for k := range want {
+		if strings.HasPrefix(k, gone+"/") {
+			delete(want, k)
+		}
+	}
+	want[fmt.Sprintf("%s/%s:80", gone, last[0].IP)] = true
+	waitExact(t, own.Client, e.node(), want, set, 10*time.Second, "after the last write")
+	snap, err := own.SnapshotSave(e.ctx)
+	must(t, err)
+
+	must(t, kube.Client.CoreV1().Services(e.ns).Delete(e.ctx, gone, metav1.DeleteOptions{}))
+	for k := range want {
+		if strings.HasPrefix(k, gone+"/") {
+			delete(want, k)
+		}
+	}
+	waitExact(t, own.Client, e.node(), want, set, 10*time.Second, "after the Service was deleted")
+
+	must(t, own.SnapshotRestore(e.ctx, snap))
+	// A new instance of another Service, right away: a create, which no
+	// CAS refuses, on the same node.
+	grown := fixture.IPs(61, 0, 4)
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, names[1], names[1]+"-stable", discoveryv1.AddressTypeIPv4, ports, grown)))
+	want[fmt.Sprintf("%s/%s:80", names[1], grown[3].IP)] = true
+	took := waitExact(t, own.Client, e.node(), want, set, 20*time.Second, "after the restore")
+	t.Logf("FIGURES %s: the deleted Service's instance, brought back by the restore, gone again %s after it", t.Name(), took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Fatalf("repaired after %s, want <= 10s", took)
+	}
+}
+
 // TestTamperedEntryDoesNotFreezeTheService: someone re-registers one of our
 // instances (same node, same ID) without our mark. After a restart (a
 // fresh read), the Service scales from 3 endpoints to 4 with one removed:
