@@ -41,6 +41,11 @@ const (
 func (r *nodeRegistry) witnessed(w Witness) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Oldest first, always: two answers taken at once may come in either
+	// order (the loss check searches the witnesses by time).
+	if n := len(r.witnesses); n > 0 && w.At.Before(r.witnesses[n-1].At) {
+		w.At = r.witnesses[n-1].At
+	}
 	r.witnesses = slices.DeleteFunc(r.witnesses, func(o Witness) bool { return o.ID == w.ID || w.At.Sub(o.At) > witnessFor })
 	// The newest write is always a witness (a crash loses the last writes
 	// first); it replaces the newest one kept when both fall within

@@ -264,13 +264,17 @@ const maxSinceReads = 64
 // writes from the snapshot's time to the restore's, a run of them with
 // nothing of ours after it but writes made after the restore: either one
 // of them is from since on, or the newest from before since is the last
-// of them. Writes after the restore, however many, hide neither (the age
-// picks alone missed a run that fell between two of them: found by
+// of them, so writes after the restore, however many, hide neither. (The
+// age picks alone missed a run that fell between two of them: found by
 // TestRestoreAfterAServiceWentRepairs, a Service's deletes undone and a
-// write 70 ms after the restore). A restore before since was the last
-// check's to find. Also picked: the newest, and the newest at least each
-// of witnessAges old.
-func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now, since time.Time, reused uint64) ([]finding, bool) {
+// write 70 ms after the restore. A run shorter than the witnesses'
+// thinning, 500 ms, can still go unseen: a write within it replaced the
+// run's witness.) A restore before since was the last check's to find.
+// Past maxSinceReads from since, the oldest are read, and the time of the
+// first left unread is returned (zero: none), for the next check to go on
+// from. Also picked: the newest, and the newest at least each of
+// witnessAges old.
+func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, now, since time.Time, reused uint64) ([]finding, bool, time.Time) {
 	var picked []consul.Witness
 	pick := func(w consul.Witness) {
 		if now.Sub(w.At) <= maxWitnessAge && !slices.Contains(picked, w) {
@@ -284,7 +288,13 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 	if first > 0 {
 		pick(ws[first-1])
 	}
-	for _, w := range ws[max(first, len(ws)-maxSinceReads):] {
+	// The oldest first: past maxSinceReads, the next check goes on from
+	// the first left unread.
+	next := time.Time{}
+	if first+maxSinceReads < len(ws) {
+		next = ws[first+maxSinceReads].At
+	}
+	for _, w := range ws[first:min(len(ws), first+maxSinceReads)] {
 		pick(w)
 	}
 	for _, age := range witnessAges {
@@ -298,10 +308,10 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 	for _, w := range picked {
 		f, ok := checkWitness(ctx, wr, w, reused)
 		if f != nil || !ok {
-			return f, ok
+			return f, ok, next
 		}
 	}
-	return nil, true
+	return nil, true, next
 }
 
 // checkWitness reads one witness: a finding, or none and whether the
@@ -327,8 +337,9 @@ func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness, reuse
 			return nil, false
 		}
 		// At the index written, or (where Consul handed out no index
-		// twice) a later one.
-		stands := func(read, written uint64) bool { return read == written || (!strict && read > written) }
+		// twice: each index on its own, a check rewritten since a loss
+		// is above reused even when its service is not) a later one.
+		stands := func(read, written uint64) bool { return read == written || (written > reused && read > written) }
 		var asLeft bool
 		switch {
 		case w.Deleted:
@@ -432,13 +443,18 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		if len(found) == 0 {
 			now := s.opts.Clock.Now()
 			var ok, frozenOK bool
-			found, ok = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.since, d.reused)
+			var next time.Time
+			found, ok, next = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.since, d.reused)
 			if len(found) == 0 && frozen != nil {
-				found, frozenOK = checkWitnesses(ctx, wr, frozen, now, d.since, d.reused)
+				found, frozenOK, _ = checkWitnesses(ctx, wr, frozen, now, d.since, d.reused)
 				ok = ok && frozenOK
 			}
-			if ok {
+			switch {
+			case !ok:
+			case next.IsZero():
 				d.since = began // the next check reads what is newer
+			default:
+				d.since = next // more than one check reads: it goes on there
 			}
 			complete = complete && ok
 		}

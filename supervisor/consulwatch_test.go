@@ -635,7 +635,7 @@ func TestWitnessesSinceTheLastCheckAreRead(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			found, ok := checkWitnesses(context.Background(), store, store.ws, tc.now, tc.since, 0)
+			found, ok, _ := checkWitnesses(context.Background(), store, store.ws, tc.now, tc.since, 0)
 			if !ok {
 				t.Fatal("a read got no answer")
 			}
@@ -650,9 +650,42 @@ func TestWitnessesSinceTheLastCheckAreRead(t *testing.T) {
 	// By age alone (a check whose last complete one began after every
 	// witness), at any time from 2 s to 5 min after e, d is never read.
 	for now := at(3100 * time.Millisecond); now.Before(at(maxWitnessAge)); now = now.Add(time.Second) {
-		if found, _ := checkWitnesses(context.Background(), store, store.ws, now, now, 0); len(found) != 0 {
+		if found, _, _ := checkWitnesses(context.Background(), store, store.ws, now, now, 0); len(found) != 0 {
 			t.Fatalf("the age picks alone found %v at %s: the case above is not the gap it claims", found, now.Sub(start))
 		}
+	}
+}
+
+// TestWitnessesSinceAreReadOldestFirst: past maxSinceReads witnesses
+// from since, a check reads the oldest and the next one goes on from the
+// first it left (the review's finding: reading the newest left the middle
+// unread for good once since moved on).
+func TestWitnessesSinceAreReadOldestFirst(t *testing.T) {
+	start := time.Now()
+	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}}
+	for i := range maxSinceReads + 10 {
+		id := fmt.Sprintf("w%d", i)
+		store.ws = append(store.ws, consul.Witness{Node: "k8s-test", ID: id, Name: "s0", Index: uint64(100 + i), At: start.Add(time.Duration(i) * 500 * time.Millisecond)})
+		store.entries[id] = uint64(100 + i)
+	}
+	now := store.ws[len(store.ws)-1].At.Add(time.Second)
+	found, ok, next := checkWitnesses(context.Background(), store, store.ws, now, start, 0)
+	if len(found) != 0 || !ok {
+		t.Fatalf("findings %v (answered %v) with every witness as written", found, ok)
+	}
+	if want := store.ws[maxSinceReads].At; !next.Equal(want) {
+		t.Fatalf("the next check goes on from %s, want %s (the first unread)", next.Sub(start), want.Sub(start))
+	}
+	store.edit(func(s *witnessStore) {
+		if !slices.Contains(s.wreads, "w0") || slices.Contains(s.wreads, fmt.Sprintf("w%d", maxSinceReads)) {
+			t.Fatalf("read %v: want the oldest %d from since", s.wreads, maxSinceReads)
+		}
+	})
+	// A restore undid one the first check left unread: the next finds it.
+	lost := maxSinceReads + 2
+	store.entries[fmt.Sprintf("w%d", lost)] = 5
+	if found, _, _ := checkWitnesses(context.Background(), store, store.ws, now, next, 0); len(found) == 0 {
+		t.Fatalf("the check going on from the first unread missed w%d", lost)
 	}
 }
 
@@ -689,6 +722,7 @@ func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 	// A write whose check committed later than its service (a change of
 	// readiness: the service op changes nothing).
 	checked := consul.Witness{Node: "k8s-test", ID: "c", Name: "s0", Index: 40, CheckIndex: 44}
+	checkedAfterLoss := consul.Witness{Node: "k8s-test", ID: "c", Name: "s0", Index: 40, CheckIndex: 70}
 	withCheck := func(i, c uint64) consul.WitnessRead {
 		return consul.WitnessRead{Found: true, Index: i, CheckIndex: c, Ours: true}
 	}
@@ -713,6 +747,12 @@ func TestWitnessNotAsLeftIsLoss(t *testing.T) {
 		{"checked: the check written again since", checked, withCheck(40, 50), 0, false},
 		{"checked: the check at a later index Consul handed out twice", checked, withCheck(40, 50), 60, true},
 		{"checked: someone else's entry", checked, consul.WitnessRead{Found: true, Index: 12, CheckIndex: 3}, 0, false},
+		// Strict per index (the review's finding): a change of readiness
+		// after a loss leaves the service at an index up to reused and
+		// the check above it; another process of the cluster rewriting
+		// the check (a rolling update) is no loss.
+		{"checked: the check rewritten by another process, the service from before a loss", checkedAfterLoss, withCheck(40, 80), 60, false},
+		{"checked: the check older, the service from before a loss", checkedAfterLoss, withCheck(40, 65), 60, true},
 		{"deleted: gone", deleted, consul.WitnessRead{}, 0, false},
 		{"deleted: back from before the delete", deleted, ours(30), 0, true},
 		{"deleted: written again since", deleted, ours(45), 0, false},
@@ -856,17 +896,16 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 // another replica retires its Service's witnesses, which that replica may
 // now rewrite or delete (the reviewer's finding: a replica that took a
 // Service over deleting an instance looked like a loss to the one that
-// wrote it), and it has done so when LoseShard returns.
+// wrote it), and it has done so when LoseShard returns. (A guard: the
+// forgetting moved from the worker's end to stopped.)
 func TestHandedOverWorkerWitnessesNothing(t *testing.T) {
 	w, key := syncedWatcher("s0", "10.1.0.1")
 	store := newMemStore()
 	f, ctx := startSharded(t, w, store, "test", 1)
 	f.sup.GainShard(ctx, 0)
 	prefix := f.cluster.IDPrefix(key.Namespace, key.Name)
-	f.waitFor(t, "1 instance", func() bool { return store.count(prefix) == 1 })
-	if n := witnessesOf(store, prefix, false); n != 1 {
-		t.Fatalf("%d witnesses of the write, want 1", n)
-	}
+	// The witness is recorded once the answer is in, after the entry.
+	f.waitFor(t, "the write's witness", func() bool { return witnessesOf(store, prefix, false) == 1 })
 	f.sup.LoseShard(0)
 	if n := witnessesOf(store, prefix, false); n != 0 {
 		t.Fatalf("%d witnesses stand after the shard was handed over, want 0", n)
