@@ -309,6 +309,77 @@ func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
 	}
 }
 
+// TestReadinessChangeUndoneByARestoreRepairs: an endpoint starts draining,
+// which rewrites only its instance's check (no node index moves, no
+// service index either), and Consul is restored from a snapshot taken
+// before that: the check is passing again while the pod drains. The
+// witness of that write holds the check's index, so the node check sees
+// it and the worker sets the check back within seconds (session 22, the
+// review's finding: before, it stayed passing until the Service's
+// anti-entropy pass, up to 5.5 min). Nothing else writes after the
+// restore, so the catalog's marks may be back exactly where a check left
+// them: a witness newer than that check forbids the skip on them.
+func TestReadinessChangeUndoneByARestoreRepairs(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Servers: 1, ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	names, keys := svcSet(t, e, "drain", 3, 2, 70)
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}})
+	must(t, err)
+	t.Cleanup(func() { d.CloseT(t) })
+	want, set := keysOf(keys, names)
+	waitExact(t, own.Client, e.node(), want, set, 30*time.Second, "cold start")
+	snap, err := own.SnapshotSave(e.ctx)
+	must(t, err)
+
+	name, eps := names[0], fixture.IPs(70, 0, 2)
+	status := func() string {
+		entries, _, err := own.Client.Health().Service(name, "", false, nil)
+		if err != nil {
+			return "unread: " + err.Error()
+		}
+		for _, en := range entries {
+			if en.Service.Address != eps[0].IP {
+				continue
+			}
+			for _, c := range en.Checks {
+				if c.ServiceID == en.Service.ID {
+					return c.Status
+				}
+			}
+		}
+		return "no check"
+	}
+	waitStatus := func(want string, timeout time.Duration, what string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < timeout {
+			if status() == want {
+				return time.Since(start)
+			}
+			time.Sleep(50 * time.Millisecond) // a poll of Consul: there is no event to await
+		}
+		t.Fatalf("%s: the draining instance's check is %q after %s, want %q", what, status(), timeout, want)
+		return 0
+	}
+	eps[0].Terminating = true
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, name, name+"-stable", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80}, eps)))
+	waitStatus(consulapi.HealthWarning, 10*time.Second, "after the drain began")
+
+	must(t, own.SnapshotRestore(e.ctx, snap))
+	if got := status(); got != consulapi.HealthPassing {
+		t.Fatalf("after the restore the check is %q, want %q (the snapshot's)", got, consulapi.HealthPassing)
+	}
+	took := waitStatus(consulapi.HealthWarning, 15*time.Second, "after the restore")
+	waitExact(t, own.Client, e.node(), want, set, 10*time.Second, "the instances after the restore")
+	t.Logf("FIGURES %s: the draining instance's check, passing again after the restore, back to warning %s after it", t.Name(), took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Fatalf("repaired after %s, want <= 10s", took)
+	}
+}
+
 // TestTamperedEntryDoesNotFreezeTheService: someone re-registers one of our
 // instances (same node, same ID) without our mark. After a restart (a
 // fresh read), the Service scales from 3 endpoints to 4 with one removed:
