@@ -463,7 +463,14 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test.index-probe"
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
-	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads); <-store.kvReads }
+	// A check, to its end (its next timer armed): the witness reads come
+	// after the KV read, and must not see the faults injected next.
+	check := func() {
+		t.Helper()
+		stepToNextCheck(t, f, clk, store.nodeReads)
+		<-store.kvReads
+		f.waitFor(t, "the check's end", clk.HasWaiters)
+	}
 	<-store.nodeReads // the first check, at bootstrap
 	<-store.kvReads
 	snap := store.twin.Snapshot()
@@ -935,6 +942,13 @@ func TestFinishedWorkerKeepsItsDeleteWitnesses(t *testing.T) {
 	}
 }
 
+// hasWitness reports whether a standing witness's ID holds part (a write's
+// witness is recorded once its answer is in, after the entry is in the
+// catalog).
+func hasWitness(store *memStore, part string) bool {
+	return slices.ContainsFunc(store.Witnesses(), func(w consul.Witness) bool { return strings.Contains(w.ID, part) })
+}
+
 // witnessesOf counts the standing witnesses of entries under prefix that
 // are deletes (deleted) or writes.
 func witnessesOf(store *memStore, prefix string, deleted bool) int {
@@ -1024,7 +1038,7 @@ func TestQuietCatalogCostsTheCheckNoRead(t *testing.T) {
 	key := k8s.Key{Namespace: "ns", Name: "s0"}
 	prefix := f.cluster.IDPrefix(key.Namespace, key.Name)
 	w.set(key, service("ns", "s0", "10.1.0.1", "10.1.0.9"))
-	f.waitFor(t, "the write of s0", func() bool { return f.store.count(prefix) == 2 })
+	f.waitFor(t, "the write of s0, and its answer in", func() bool { return f.store.count(prefix) == 2 && hasWitness(f.store, "_10.1.0.9_") })
 	store.twin.Restore(snap)
 	stepToNextCheck(t, f, clk, store.nodeReads)
 	f.waitFor(t, "the restore found", func() bool { got, _ := hooks.got(); return len(got) > 0 })
@@ -1101,7 +1115,11 @@ func (q *quietChecks) write() string {
 	key := k8s.Key{Namespace: "ns", Name: "s0"}
 	prefix := q.f.cluster.IDPrefix(key.Namespace, key.Name)
 	q.w.set(key, service("ns", "s0", "10.1.0.1", "10.1.0.9"))
-	q.f.waitFor(q.t, "the write of s0", func() bool { return q.f.store.count(prefix) == 2 })
+	// The answer in too (its witness recorded): a check before that takes
+	// the catalog for unchanged, and the one after it reads.
+	q.f.waitFor(q.t, "the write of s0, and its answer in", func() bool {
+		return q.f.store.count(prefix) == 2 && hasWitness(q.f.store, "_10.1.0.9_")
+	})
 	return prefix
 }
 
