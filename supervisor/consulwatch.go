@@ -330,16 +330,16 @@ func checkWitnesses(ctx context.Context, wr WitnessReader, ws []consul.Witness, 
 // index, or, for a delete, gone.
 func checkWitness(ctx context.Context, wr WitnessReader, w consul.Witness, reused uint64) ([]finding, bool) {
 	strict := w.Index <= reused
+	// At the index written, or (where Consul handed out no index twice:
+	// each index on its own, a check rewritten since a loss is above
+	// reused even when its service is not) a later one.
+	stands := func(read, written uint64) bool { return read == written || (written > reused && read > written) }
 	var r consul.WitnessRead
 	for range 2 {
 		var err error
 		if r, err = wr.ReadWitness(ctx, w); err != nil {
 			return nil, false
 		}
-		// At the index written, or (where Consul handed out no index
-		// twice: each index on its own, a check rewritten since a loss
-		// is above reused even when its service is not) a later one.
-		stands := func(read, written uint64) bool { return read == written || (written > reused && read > written) }
 		var asLeft bool
 		switch {
 		case w.Deleted:
@@ -408,9 +408,12 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 		// second for the whole fleet instead of the node list and
 		// nodesPerCheck node indexes.
 		committed := committedMax(nw)
+		// The witnesses this check reads: one committed while it runs is
+		// after began, the next check's.
+		ws := wr.Witnesses()
 		marks, merr := s.opts.Store.CatalogMarks(ctx, time.Now())
 		if merr == nil && !failed && frozen == nil && marks.Known() && marks == d.marks && committed == d.committed &&
-			!witnessSince(wr.Witnesses(), d.since) {
+			!witnessSince(ws, d.since) {
 			continue
 		}
 		// The nodes our writes committed to, taken before the read: the
@@ -444,7 +447,7 @@ func (s *Supervisor) watchConsul(ctx context.Context) {
 			now := s.opts.Clock.Now()
 			var ok, frozenOK bool
 			var next time.Time
-			found, ok, next = checkWitnesses(ctx, wr, wr.Witnesses(), now, d.since, d.reused)
+			found, ok, next = checkWitnesses(ctx, wr, ws, now, d.since, d.reused)
 			if len(found) == 0 && frozen != nil {
 				found, frozenOK, _ = checkWitnesses(ctx, wr, frozen, now, d.since, d.reused)
 				ok = ok && frozenOK

@@ -244,6 +244,27 @@ func TestSnapshotRestoreRepairs(t *testing.T) {
 	}
 }
 
+// restoreFleet starts a Consul server with a data dir of the test's own
+// (one that can save and restore snapshots), n Services of eps endpoints
+// (svcSet) and a daemon with args, and waits until Consul holds them: the
+// environment, the server, the Services' names, the instances and names
+// as waitExact takes them.
+func restoreFleet(t *testing.T, prefix string, n, eps, base int, args ...string) (*env, *stack.Consul, []string, map[string]bool, map[string]bool) {
+	t.Helper()
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Servers: 1, ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	names, keys := svcSet(t, e, prefix, n, eps, base)
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: args})
+	must(t, err)
+	t.Cleanup(func() { d.CloseT(t) })
+	want, set := keysOf(keys, names)
+	waitExact(t, own.Client, e.node(), want, set, 30*time.Second, "cold start")
+	return e, own, names, want, set
+}
+
 // TestRestoreAfterAServiceWentRepairs: a Service whose one instance is
 // our latest write is deleted (its worker deletes the instance and ends),
 // then Consul is restored from a snapshot taken before that, which brings
@@ -259,17 +280,7 @@ func TestSnapshotRestoreRepairs(t *testing.T) {
 // someone's later write). The node check runs every 5 s here, so that the
 // write after the restore nearly always lands before it.
 func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
-	e := newEnv(t)
-	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Servers: 1, ExtraArgs: []string{quietConsul}})
-	must(t, err)
-	t.Cleanup(func() { _ = own.Stop() })
-	names, keys := svcSet(t, e, "went", 3, 3, 60)
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--node-check-interval=5s"}})
-	must(t, err)
-	t.Cleanup(func() { d.CloseT(t) })
-	want, set := keysOf(keys, names)
-	waitExact(t, own.Client, e.node(), want, set, 30*time.Second, "cold start")
+	e, own, names, want, set := restoreFleet(t, "went", 3, 3, 60, "--node-check-interval=5s")
 	// The Service to delete is left with one instance, our latest write:
 	// its delete's witness must sit above that write's index (the
 	// review's finding: it sat at it, and the entry back at it read as
@@ -320,17 +331,7 @@ func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
 // restore, so the catalog's marks may be back exactly where a check left
 // them: a witness newer than that check forbids the skip on them.
 func TestReadinessChangeUndoneByARestoreRepairs(t *testing.T) {
-	e := newEnv(t)
-	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Servers: 1, ExtraArgs: []string{quietConsul}})
-	must(t, err)
-	t.Cleanup(func() { _ = own.Stop() })
-	names, keys := svcSet(t, e, "drain", 3, 2, 70)
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns}})
-	must(t, err)
-	t.Cleanup(func() { d.CloseT(t) })
-	want, set := keysOf(keys, names)
-	waitExact(t, own.Client, e.node(), want, set, 30*time.Second, "cold start")
+	e, own, names, want, set := restoreFleet(t, "drain", 3, 2, 70)
 	snap, err := own.SnapshotSave(e.ctx)
 	must(t, err)
 
