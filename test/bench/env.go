@@ -159,6 +159,7 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 		// fixture logs at debug level (for tests); a benchmark logs as
 		// production does.
 		Args: append([]string{"--log-level=info"}, args...),
+		Env:  b.opts.daemonEnv,
 	})
 	if err != nil {
 		return nil, err

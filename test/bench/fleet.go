@@ -397,6 +397,13 @@ func (b *bench) restart() error {
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
 		return err
 	}
+	// The daemon's first anti-entropy pass keeps Consul busy for minutes
+	// after a cold start: a snapshot or a compaction is what this waits out.
+	if waited, ok := b.quietCPU(0.15, 30*time.Second); !ok {
+		b.logf("the servers still use over 15 %% of a core after %s: the restart shares the cores with them", waited.Round(time.Second))
+	} else if waited > 2*time.Second {
+		b.logf("waited %s for the servers' CPU to settle", waited.Round(time.Second))
+	}
 	a0, err := b.consulWrites()
 	if err != nil {
 		return err
@@ -439,6 +446,8 @@ func (b *bench) restart() error {
 		return err
 	}
 	stopped := time.Now()
+	servers := b.serverPids()
+	cpu0 := cpuOf(servers)
 	if err := d.Restart(b.ctx, false); err != nil { // the old process is gone: only starts
 		stopWatch()
 		return err
@@ -451,11 +460,22 @@ func (b *bench) restart() error {
 		stopWatch()
 		return err
 	}
+	cpu1 := cpuOf(append(servers, namedPid{"fleetsync", d.Pid()}))
+	rssReady, _, _ := memStatus(d.Pid())
+	if b.opts.pprof {
+		// What the process allocated from its start to ready (GC's
+		// work grows with it): go tool pprof -sample_index=alloc_space.
+		path := filepath.Join(b.opts.out, "allocs-restart.pb.gz")
+		if err := saveURL(b.ctx, d.HTTP+"/debug/pprof/allocs", path); err == nil {
+			b.logf("allocation profile from the start to ready: %s (go tool pprof -sample_index=alloc_space -top %s)", path, path)
+		}
+	}
 	// A write caused by the restart would come at once or a window later.
 	if err := sleep(b.ctx, 5*time.Second); err != nil {
 		stopWatch()
 		return err
 	}
+	_, hwm, _ := memStatus(d.Pid())
 	stopWatch()
 	watched := <-fewest
 	least, counts := watched[0], watched[1]
@@ -480,6 +500,8 @@ func (b *bench) restart() error {
 	b.res.add("restart", "catalog writes caused by the restart", w.txn, "transactions", "target 0")
 	b.res.add("restart", "instances written by the new process", m["fleetsync_fleet_instance_writes_total"], "instances", "its own metric")
 	b.res.add("restart", "time to /readyz 200 after start", secs(readyAt.Sub(spawned)), "s", "")
+	b.res.add("restart", "CPU from start to ready, all processes", cpuSum(cpu1, cpu0), "s CPU", cpuNote(cpu1, cpu0, readyAt.Sub(spawned)))
+	b.res.add("restart", "peak RSS of the new process", math.Round(hwm/mib*10)/10, "MiB", fmt.Sprintf("VmHWM until 5 s after ready; %.1f MiB at ready", rssReady/mib))
 	b.res.add("restart", "owned-state read, from the supervisor's start", math.Round(read*1000)/1000, "s", "fleetsync_supervisor_bootstrap_read_duration_seconds (beside the informers' sync)")
 	b.res.add("restart", "bootstrap, from the supervisor's start", math.Round(m["fleetsync_supervisor_bootstrap_duration_seconds"]*1000)/1000, "s", "fleetsync_supervisor_bootstrap_duration_seconds (read, informers synced, workers started)")
 	b.res.add("restart", "Consul's read limit: the same reads, bare HTTP client", secs(limit), "s",

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -233,4 +236,79 @@ func saveURL(ctx context.Context, url, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// namedPid is a process the bench accounts CPU time to.
+type namedPid struct {
+	name string
+	pid  int
+}
+
+// serverPids is the servers' processes: the Consul agents, etcd and
+// kube-apiserver (when it runs).
+func (b *bench) serverPids() []namedPid {
+	var out []namedPid
+	for _, s := range b.consul.Servers() {
+		out = append(out, namedPid{fmt.Sprintf("consul-%d", s.Index), s.Agent().Pid()})
+	}
+	if b.kube != nil {
+		out = append(out, namedPid{"kube-apiserver", b.kube.APIServer.Pid()}, namedPid{"etcd", b.kube.Etcd.Pid()})
+	}
+	return out
+}
+
+// cpuOf reads each process's CPU seconds (a process that cannot be read
+// is left out).
+func cpuOf(ps []namedPid) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range ps {
+		if s, err := cpuSeconds(p.pid); err == nil {
+			out[p.name] = s
+		}
+	}
+	return out
+}
+
+// cpuSum is the CPU seconds all processes of after used since before (a
+// process missing from before started in between).
+func cpuSum(after, before map[string]float64) float64 {
+	t := 0.0
+	for name, s := range after {
+		t += s - before[name]
+	}
+	return math.Round(t*100) / 100
+}
+
+// cpuNote lists each process's share of cpuSum against the machine's
+// cores over wall.
+func cpuNote(after, before map[string]float64, wall time.Duration) string {
+	names := make([]string, 0, len(after))
+	for name := range after {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names)+1)
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, after[name]-before[name]))
+	}
+	return fmt.Sprintf("%s; the machine has %d cores x %.2f s = %.2f s", strings.Join(parts, ", "), runtime.NumCPU(), wall.Seconds(), float64(runtime.NumCPU())*wall.Seconds())
+}
+
+// quietCPU waits until the servers together use less than share of one core
+// over a second (a Consul snapshot, or a compaction, left running into a
+// measurement would take the cores the daemon is timed on), for at most
+// timeout; it returns how long it waited, and whether they got quiet.
+func (b *bench) quietCPU(share float64, timeout time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	servers := b.serverPids()
+	for time.Since(start) < timeout && b.ctx.Err() == nil {
+		before, t0 := cpuOf(servers), time.Now()
+		if sleep(b.ctx, time.Second) != nil {
+			break
+		}
+		if cpuSum(cpuOf(servers), before)/time.Since(t0).Seconds() < share {
+			return time.Since(start), true
+		}
+	}
+	return time.Since(start), false
 }
