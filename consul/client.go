@@ -283,19 +283,26 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	if err != nil {
 		return nil, fmt.Errorf("read checks of node %s: %w", node, c.ctxErr(ctx, err))
 	}
-	byID := make(map[string]*wireCheck, len(checks))
+	// Checks by the ID of the service they name: only our check, whose
+	// ID is CheckID(service ID), is the instance's (keys built of the
+	// decoded strings: no string is made per entry).
+	type nsID struct{ ns, id string }
+	byService := make(map[nsID]*wireCheck, len(checks))
 	for _, hc := range checks {
-		byID[hc.Namespace+"/"+hc.CheckID] = hc
+		if isCheckOf(hc.CheckID, hc.ServiceID) {
+			byService[nsID{hc.Namespace, hc.ServiceID}] = hc
+		}
 	}
 	out := make([]Registered, 0, len(list.Services))
 	for _, s := range list.Services {
-		hc := byID[s.Namespace+"/"+CheckID(s.ID)]
-		if hc != nil && hc.ServiceID != s.ID {
-			hc = nil // our check's ID on someone else's service: not this instance's check
-		}
-		out = append(out, fromWire(node, s, hc))
+		out = append(out, fromWire(node, s, byService[nsID{s.Namespace, s.ID}]))
 	}
 	return out, nil
+}
+
+// isCheckOf reports whether checkID is CheckID(serviceID).
+func isCheckOf(checkID, serviceID string) bool {
+	return len(checkID) == len(checkIDPrefix)+len(serviceID) && checkID[:len(checkIDPrefix)] == checkIDPrefix && checkID[len(checkIDPrefix):] == serviceID
 }
 
 // Acquire waits for the write budget of one transaction (see Budget). The
