@@ -531,7 +531,7 @@ func (s *Supervisor) repairAll(ctx context.Context) int {
 		s.log.Warn("Cannot read the cluster's nodes after a loss; every worker reads its own", "error", err)
 		return s.resyncAll()
 	}
-	owned, _ := worker.GroupOwned(s.opts.Worker.Cluster, entries)
+	owned, _ := worker.HoldOwned(s.opts.Worker.Cluster, entries)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0

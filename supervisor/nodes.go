@@ -1,9 +1,9 @@
 package supervisor
 
 import (
-	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/worker"
 )
 
 // ServicesPerNode is how many Services one Consul node is meant to hold:
@@ -29,10 +29,10 @@ func ChooseNodes(selected, inUse int) int {
 
 // UsedNodes returns how many nodes the owned instances are spread over:
 // the highest node number holding one, plus one (0: no instance).
-func UsedNodes(c ownership.Cluster, owned map[k8s.Key][]consul.Registered) int {
+func UsedNodes(c ownership.Cluster, owned map[k8s.Key]map[string]worker.Held) int {
 	n := 0
-	for _, entries := range owned {
-		for _, e := range entries {
+	for _, held := range owned {
+		for _, e := range held {
 			if b, ok := c.NodeNumber(e.Node); ok {
 				n = max(n, b+1)
 			}

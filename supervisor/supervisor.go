@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,10 @@ type Supervisor struct {
 
 	wlogOnce sync.Once
 	wlog     hclog.Logger
+
+	// looks bounds the workers' looks in progress to the cores (see
+	// worker.Options.Looks).
+	looks *worker.Slots
 }
 
 type entry struct {
@@ -183,7 +188,8 @@ func New(opts Options) *Supervisor {
 		opts.Shards = 1
 	}
 	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
-		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{}}
+		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{},
+		looks: worker.NewSlots(runtime.GOMAXPROCS(0))}
 	if opts.Metrics != nil {
 		opts.Metrics.attach(s)
 	}
@@ -210,7 +216,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// The owned Consul state is read while the informers list: neither
 	// needs the other, and both must be complete before any worker runs.
 	type ownedRead struct {
-		owned   map[k8s.Key][]consul.Registered
+		owned   map[k8s.Key]map[string]worker.Held
 		foreign int
 		took    time.Duration
 		err     error
@@ -232,9 +238,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	owned, foreign := read.owned, read.foreign
 	s.setNodes(owned)
+	n := countOwned(owned) // before the workers take their maps
 	d := s.startFleet(ctx, owned).Sub(start)
-	s.opts.Hooks.Bootstrapped(d, read.took, countOwned(owned), foreign)
-	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", countOwned(owned),
+	s.opts.Hooks.Bootstrapped(d, read.took, n, foreign)
+	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", n,
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
 	s.watchConsul(ctx)
 	return nil
@@ -272,12 +279,12 @@ var (
 // readOwned reads the entries on our nodes (Store.ReadNode: the whole
 // fleet's at once, not one read per worker) and groups the owned ones by
 // Service, retrying with backoff until it succeeds or ctx is done.
-func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Registered, int, error) {
+func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key]map[string]worker.Held, int, error) {
 	retry := backoff.New(readBackoff)
 	for {
 		entries, err := s.opts.Store.ReadNode(ctx)
 		if err == nil {
-			owned, foreign := worker.GroupOwned(s.opts.Worker.Cluster, entries)
+			owned, foreign := worker.HoldOwned(s.opts.Worker.Cluster, entries)
 			return owned, foreign, nil
 		}
 		if ctx.Err() != nil {
@@ -298,7 +305,7 @@ func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key][]consul.Regist
 
 // startFleet starts a worker for every selected Service and every Service
 // with owned instances, then opens the gate.
-func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key][]consul.Registered) (bootstrapped time.Time) {
+func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key]map[string]worker.Held) (bootstrapped time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctx = ctx
@@ -352,7 +359,7 @@ func (s *Supervisor) selectedCount() int {
 // new instances go on: chosen from the selected Services and the nodes
 // the owned instances are on (AutoNodes), or Worker.Cluster's, with a
 // warning when that is fewer than advised.
-func (s *Supervisor) setNodes(owned map[k8s.Key][]consul.Registered) {
+func (s *Supervisor) setNodes(owned map[k8s.Key]map[string]worker.Held) {
 	selected := s.selectedCount()
 	n := max(s.opts.Worker.Cluster.Nodes(), 1)
 	if s.opts.AutoNodes {
@@ -387,7 +394,7 @@ func (s *Supervisor) consulNodes() int {
 	return max(s.opts.Worker.Cluster.Nodes(), 1)
 }
 
-func countOwned(m map[k8s.Key][]consul.Registered) int {
+func countOwned(m map[k8s.Key]map[string]worker.Held) int {
 	n := 0
 	for _, v := range m {
 		n += len(v)

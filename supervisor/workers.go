@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"sort"
 
-	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/worker"
 )
@@ -62,7 +61,7 @@ func (s *Supervisor) changed(key k8s.Key) {
 }
 
 // startLocked starts the worker of key; s.mu is held.
-func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
+func (s *Supervisor) startLocked(key k8s.Key, owned map[string]worker.Held, ownedKnown bool) *worker.Worker {
 	if s.stopping {
 		return nil // Run is waiting for the workers: start no more
 	}
@@ -75,7 +74,7 @@ func (s *Supervisor) startLocked(key k8s.Key, owned []consul.Registered, ownedKn
 	return e.w
 }
 
-func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnown bool) *worker.Worker {
+func (s *Supervisor) newWorker(key k8s.Key, owned map[string]worker.Held, ownedKnown bool) *worker.Worker {
 	var obs worker.Observer
 	if s.opts.ObserverFor != nil {
 		obs = s.opts.ObserverFor(key)
@@ -94,6 +93,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned []consul.Registered, ownedKnow
 		Reporter:     s.opts.Reporter,
 		Observer:     obs,
 		Gate:         s.gate,
+		Looks:        s.looks,
 		Owned:        owned,
 		OwnedKnown:   ownedKnown,
 		DrainTimeout: s.opts.DrainTimeout,

@@ -3,7 +3,9 @@ package worker
 import (
 	"maps"
 	"reflect"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
@@ -178,13 +180,31 @@ func TestOwnedOf(t *testing.T) {
 	if want := holdAll(ownedMap(a)); !maps.Equal(got, want) {
 		t.Errorf("OwnedOf = %v, want only %s", got, a.ID)
 	}
-	byKey, skipped := GroupOwned(cluster, []consul.Registered{a, other, foreignNode, foreignMark, untagged, otherNS, noService})
-	want := map[k8s.Key][]consul.Registered{
-		testKey:                          {a},
-		{Namespace: "shop", Name: "api"}: {other},
-		{Namespace: "dev", Name: "web"}:  {otherNS},
+	byKey, skipped := HoldOwned(cluster, []consul.Registered{a, other, foreignNode, foreignMark, untagged, otherNS, noService})
+	want := map[k8s.Key]map[string]Held{
+		testKey:                          holdAll(ownedMap(a)),
+		{Namespace: "shop", Name: "api"}: holdAll(ownedMap(other)),
+		{Namespace: "dev", Name: "web"}:  holdAll(ownedMap(otherNS)),
 	}
 	if !reflect.DeepEqual(byKey, want) || skipped != 4 {
-		t.Errorf("GroupOwned = %v, %d skipped; want %v, 4 skipped", byKey, skipped, want)
+		t.Errorf("HoldOwned = %v, %d skipped; want %v, 4 skipped", byKey, skipped, want)
+	}
+}
+
+// TestHoldOwnedKeepsNothingOfTheRead: the held maps reach nothing of the
+// entries read (their slice, decoded meta maps), so a restart's read is
+// garbage once it is grouped, not once every worker is built.
+func TestHoldOwnedKeepsNothingOfTheRead(t *testing.T) {
+	cluster := testCluster(t)
+	read := []consul.Registered{registered(passing(ready("10.0.0.1", "a"), 8080), 1), registered(passing(ready("10.0.0.2", "a"), 8080), 2)}
+	entry, meta := weak.Make(&read[0]), weak.Make(&read[1].Meta)
+	byKey, skipped := HoldOwned(cluster, read)
+	read = nil
+	runtime.GC()
+	if entry.Value() != nil || meta.Value() != nil {
+		t.Error("the held maps keep the entries read reachable")
+	}
+	if len(byKey[testKey]) != 2 || skipped != 0 {
+		t.Errorf("HoldOwned = %v, %d skipped; want 2 entries of %s", byKey, skipped, testKey)
 	}
 }

@@ -119,7 +119,11 @@ func TestWorkerStartedWithTheReadWritesNothing(t *testing.T) {
 		read = append(read, consul.Registered{Instance: cloneInstance(in), Node: testCluster(t).NodeName(),
 			ServiceIndex: uint64(i + 1), CheckIndex: uint64(i + 1), HasCheck: true})
 	}
-	h := newHarness(t, svc, func(h *harness, o *Options) { o.Owned = read })
+	held, skipped := HoldOwned(testCluster(t), read)
+	if skipped != 0 {
+		t.Fatalf("HoldOwned skipped %d of our entries", skipped)
+	}
+	h := newHarness(t, svc, func(h *harness, o *Options) { o.Owned = held[testKey] })
 	h.start()
 	if f := h.flush(); f.Wrote || f.Err != nil {
 		t.Fatalf("first look: %+v, want nothing written", f)

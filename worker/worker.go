@@ -76,10 +76,17 @@ type Options struct {
 	Reporter Reporter        // default: none
 	Observer Observer        // default: none
 	Gate     <-chan struct{} // closed once the fleet is bootstrapped; nil: open
-	// Owned is this Service's owned state as read at bootstrap. When
-	// OwnedKnown is false the worker reads it from Consul before its first
-	// flush.
-	Owned      []consul.Registered
+	// Looks, when set, is shared by the fleet's workers: a look (the
+	// desired state and its diff, all CPU) holds one of its slots. With
+	// as many slots as cores, the 10,000 workers that look at once when
+	// the gate opens queue here instead of in the Go scheduler's run
+	// queue, where /healthz, /readyz and the informers' goroutines would
+	// wait behind all of them. nil: unbounded.
+	Looks *Slots
+	// Owned is this Service's owned state as read at bootstrap (HoldOwned);
+	// the worker takes the map as it is. When OwnedKnown is false the
+	// worker reads it from Consul before its first flush.
+	Owned      map[string]Held
 	OwnedKnown bool
 	// Backoff bounds for failed flushes (defaults 200ms and 30s).
 	MinBackoff, MaxBackoff time.Duration
@@ -180,14 +187,11 @@ func New(opts Options) *Worker {
 		adoptC:     make(chan adoption, 1),
 		ownedKnown: opts.OwnedKnown,
 	}
-	w.owned = make(map[string]Held, len(opts.Owned))
-	for _, r := range opts.Owned {
-		w.owned[r.ID] = Hold(r)
+	w.owned = opts.Owned
+	if w.owned == nil {
+		w.owned = map[string]Held{}
 	}
-	// Not kept: the map is the worker's state, and the slice (the fleet's
-	// read at start, decoded JSON and all) would stay reachable for the
-	// whole run: 70 MiB at 10,000 Services x 10.
-	w.opts.Owned = nil
+	w.opts.Owned = nil // the worker's state from here on: w.owned
 	w.mark = MarkOf(opts.Config.Cluster)
 	w.status = Status{Namespace: opts.Key.Namespace, Service: opts.Key.Name, State: StateWaiting,
 		Window: opts.Config.DefaultWindow, Registered: len(w.owned),
@@ -226,19 +230,23 @@ func (w *Worker) Retry() {
 // after Consul lost or rolled back data: this Service's share, and when the
 // read started.
 type adoption struct {
-	entries []consul.Registered
-	at      time.Time
+	held map[string]Held
+	at   time.Time
 }
 
-// Adopt hands the worker its entries from a read of every node of the
+// Adopt hands the worker its entries (HoldOwned's map for its Service,
+// taken as it is) from a read of every node of the
 // cluster that started at readStart, and makes it look again: after a
 // loss or a restore, the cache must be replaced by what Consul holds, every
 // name included (an entry a restore brought back under a Consul name the
 // Service no longer has is not in a read by name). A worker that wrote
 // since readStart re-reads its entries itself instead. The last adoption
 // wins.
-func (w *Worker) Adopt(entries []consul.Registered, readStart time.Time) {
-	a := adoption{entries: entries, at: readStart}
+func (w *Worker) Adopt(held map[string]Held, readStart time.Time) {
+	if held == nil {
+		held = map[string]Held{}
+	}
+	a := adoption{held: held, at: readStart}
 	for {
 		select {
 		case w.adoptC <- a:
@@ -346,7 +354,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.ownedKnown = false // wrote meanwhile: the read may miss it
 				w.log.Trace("Fleet's read older than this worker's last write; reading again")
 			} else {
-				w.owned = OwnedOf(w.opts.Config.Cluster, w.opts.Key, a.entries)
+				w.owned = a.held
 				w.verified = nil // a read by node: no name's index
 				w.ownedKnown = true
 				w.log.Trace("Adopted the fleet's read", "owned", len(w.owned))

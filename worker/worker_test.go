@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-	"weak"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
@@ -450,7 +448,7 @@ func TestRunConflict(t *testing.T) {
 		var old consul.Registered
 		h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
 			old = h.store.put(passing(epA, 8080))
-			o.Owned = []consul.Registered{old}
+			o.Owned = holdAll(ownedMap(old))
 		})
 		h.store.edit(aID, func(r *consul.Registered) { r.Meta["edited-by"] = "someone" })
 		edited := h.store.entry(aID)
@@ -488,7 +486,7 @@ func TestRunConflict(t *testing.T) {
 
 	t.Run("entry deleted by someone else: registered again", func(t *testing.T) {
 		h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
-			o.Owned = []consul.Registered{h.store.put(passing(epA, 8080))}
+			o.Owned = holdAll(ownedMap(h.store.put(passing(epA, 8080))))
 		})
 		h.store.remove(aID)
 		h.start()
@@ -902,26 +900,6 @@ func TestNewDefaults(t *testing.T) {
 	}
 	if w.Key() != testKey {
 		t.Errorf("Key() = %v", w.Key())
-	}
-}
-
-// TestWorkerDoesNotKeepTheStartRead: the owned entries a worker is started
-// with (the fleet's read, decoded JSON) are not reachable from the worker
-// once it has built its map, so adopting the desired instances' strings
-// frees them.
-func TestWorkerDoesNotKeepTheStartRead(t *testing.T) {
-	cluster := testCluster(t)
-	read := []consul.Registered{{Instance: consul.Instance{ID: "x", Name: "web", Meta: map[string]string{"k": "v"}}, Node: cluster.NodeName()}}
-	alive := weak.Make(&read[0])
-	w := New(Options{Key: testKey, Config: testConfig(t), Owned: read, OwnedKnown: true,
-		Lookup: func() (*k8s.Service, bool) { return nil, false }, Store: newFakeStore(t, cluster)})
-	read = nil
-	runtime.GC()
-	if alive.Value() != nil {
-		t.Error("the worker keeps the slice of owned entries it was started with")
-	}
-	if len(w.owned) != 1 {
-		t.Errorf("owned %d entries, want 1", len(w.owned))
 	}
 }
 
