@@ -134,7 +134,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	}
 	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.Addresses(), ","), "consul_tls", conn.TLS(), "consul_token_file", conn.TokenFile(),
 		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", conn.Datacenter(), "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,
-		"gc_percent", mem.GCPercent, "memory_limit_bytes", mem.Limit)
+		"gc_percent", mem.GCPercent, "gc_percent_at_bootstrap", mem.BootGCPercent, "memory_limit_bytes", mem.Limit)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -145,6 +145,14 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	})
 	g.Go(func() error { return tokens.Watch(gctx, 5*time.Second) })
 	g.Go(func() error { release.run(gctx); return nil })
+	g.Go(func() error {
+		select {
+		case <-sup.BootstrapDone():
+			release.booted() // the bootstrap's GC target ends with it
+		case <-gctx.Done():
+		}
+		return nil
+	})
 	if shards != nil {
 		// An error (the Leases forbidden: RBAC) stops the process: a
 		// replica that can hold no shard must not run as if it could.

@@ -17,9 +17,9 @@ func TestPlanMemory(t *testing.T) {
 		limit func() (int64, bool)
 		want  memoryTuning
 	}{
-		{"defaults, no container limit", nil, limit(0, false), memoryTuning{GCPercent: 50}},
-		{"container limit of 1 GiB", nil, limit(1<<30, true), memoryTuning{GCPercent: 50, Limit: 966367641}},
-		{"operator's GOGC and GOMEMLIMIT win", map[string]string{"GOGC": "200", "GOMEMLIMIT": "300MiB"}, limit(1<<30, true), memoryTuning{GCPercent: -1}},
+		{"defaults, no container limit", nil, limit(0, false), memoryTuning{GCPercent: 50, BootGCPercent: 150}},
+		{"container limit of 1 GiB", nil, limit(1<<30, true), memoryTuning{GCPercent: 50, Limit: 966367641, BootGCPercent: 150}},
+		{"operator's GOGC and GOMEMLIMIT win", map[string]string{"GOGC": "200", "GOMEMLIMIT": "300MiB"}, limit(1<<30, true), memoryTuning{GCPercent: -1, BootGCPercent: -1}},
 	}
 	for _, c := range cases {
 		if got := planMemory(env(c.env), c.limit); got != c.want {
@@ -128,5 +128,30 @@ func TestQuietFleetHoldsLessHeap(t *testing.T) {
 				t.Errorf("%d releases when the quiet target came back, want 1", released)
 			}
 		}
+	}
+}
+
+// TestBootGCTargetEndsWithTheBootstrap: once the fleet is bootstrapped the
+// daemon's GC target replaces the bootstrap's; the operator's GOGC is never
+// touched, and a quiet target already set stays.
+func TestBootGCTargetEndsWithTheBootstrap(t *testing.T) {
+	var set []int
+	r := newReleaser(func() bool { return true }, defaultGCPercent)
+	r.setGC = func(p int) { set = append(set, p) }
+	r.booted()
+	if !slices.Equal(set, []int{defaultGCPercent}) {
+		t.Fatalf("GC targets set at the bootstrap's end: %v, want [%d]", set, defaultGCPercent)
+	}
+	set = nil
+	r.quietGC.Store(true)
+	r.booted()
+	if len(set) != 0 {
+		t.Errorf("booted changed a quiet GC target: %v", set)
+	}
+	op := newReleaser(func() bool { return true }, -1) // the operator set GOGC
+	op.setGC = func(p int) { set = append(set, p) }
+	op.booted()
+	if len(set) != 0 {
+		t.Errorf("booted changed the operator's GC target: %v", set)
 	}
 }

@@ -66,6 +66,11 @@ func TestMetricsAndDebugEndpoints(t *testing.T) {
 		if _, ok := metricLine(body, "fleetsync_worker_change_latency_seconds_count"+lbl); !ok {
 			return fmt.Errorf("no latency histogram")
 		}
+		// The bootstrap's GC target (150) ended with it: the daemon's
+		// (50), or the quiet one (10) after a quiet spell.
+		if l, ok := metricLine(body, "go_gc_gogc_percent"); !ok || !(strings.HasSuffix(l, " 50") || strings.HasSuffix(l, " 10")) {
+			return fmt.Errorf("GC target after the bootstrap: %q, want 50 (or the quiet 10)", l)
+		}
 		return nil
 	})
 
