@@ -491,10 +491,13 @@ func (b *bench) restart() error {
 	}
 	// Consul's own limit for the owned-state read, with the daemon idle.
 	const readers = 4 // consul.nodeReaders
+	consulOnly := b.serverPids()[:len(b.consul.Servers())]
+	c0 := cpuOf(consulOnly)
 	limit, bytes, err := b.readLimit(readers)
 	if err != nil {
 		return err
 	}
+	limitCPU := cpuSum(cpuOf(consulOnly), c0)
 	read := m["fleetsync_supervisor_bootstrap_read_duration_seconds"]
 	b.res.add("restart", "Raft applies caused by the restart", w.total, "applies", w.breakdown()+"; until 5 s after ready")
 	b.res.add("restart", "catalog writes caused by the restart", w.txn, "transactions", "target 0")
@@ -505,7 +508,7 @@ func (b *bench) restart() error {
 	b.res.add("restart", "owned-state read, from the supervisor's start", math.Round(read*1000)/1000, "s", "fleetsync_supervisor_bootstrap_read_duration_seconds (beside the informers' sync)")
 	b.res.add("restart", "bootstrap, from the supervisor's start", math.Round(m["fleetsync_supervisor_bootstrap_duration_seconds"]*1000)/1000, "s", "fleetsync_supervisor_bootstrap_duration_seconds (read, informers synced, workers started)")
 	b.res.add("restart", "Consul's read limit: the same reads, bare HTTP client", secs(limit), "s",
-		fmt.Sprintf("every node's services and checks, %d nodes at a time, %.1f MiB of answers discarded, daemon idle", readers, float64(bytes)/(1<<20)))
+		fmt.Sprintf("every node's services and checks, %d nodes at a time, %.1f MiB of answers discarded, daemon idle; Consul's CPU %.2f s", readers, float64(bytes)/(1<<20), limitCPU))
 	if read > 0 {
 		b.res.add("restart", "owned-state read / Consul's read limit", math.Round(read/limit.Seconds()*100)/100, "ratio", "1 = the read is as fast as Consul answers")
 	}
