@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fleetsync/fleetsync/test/fixture"
@@ -14,11 +15,12 @@ import (
 // nothing of its cluster, with every Service already in the API server.
 type coldResult struct {
 	services, endpoints int
-	toAll               time.Duration // spawn -> every instance in Consul
-	toReady             time.Duration // spawn -> /readyz 200
-	writes              consulWrites  // Raft applies from spawn until quiet
-	txns                float64       // transactions fleetsync says it committed
-	peakRSS             float64       // VmHWM once converged
+	toAll               time.Duration      // spawn -> every instance in Consul
+	toReady             time.Duration      // spawn -> /readyz 200
+	writes              consulWrites       // Raft applies from spawn until quiet
+	txns                float64            // transactions fleetsync says it committed
+	peakRSS             float64            // VmHWM once converged
+	cpu, cpuBase        map[string]float64 // CPU seconds by process at seen, and at spawn
 }
 
 // pollEvery is how often waitNames reads the catalog while n Services are
@@ -47,6 +49,8 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	if err != nil {
 		return r, err
 	}
+	servers := b.serverPids()
+	r.cpuBase = cpuOf(servers)
 	start := time.Now()
 	d, err := b.startDaemon(name, namespaces)
 	if err != nil {
@@ -86,6 +90,7 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 		seen = time.Now()
 	}
 	r.toAll = seen.Sub(start)
+	r.cpu = cpuOf(append(servers, namedPid{"fleetsync", d.Pid()}))
 	rd := <-ready
 	if rd.err != nil {
 		return r, rd.err
@@ -121,6 +126,7 @@ func (b *bench) recordCold(r coldResult, label string) {
 	b.res.add(sc, label+": Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", "mean of consul_fsm_txn; one transaction per Service here")
 	b.res.add(sc, label+": instances per second", math.Round(inst/r.toAll.Seconds()), "instances/s", "")
 	b.res.add(sc, label+": peak RSS of fleetsync", math.Round(r.peakRSS/mib*10)/10, "MiB", "VmHWM")
+	b.res.add(sc, label+": CPU from spawn to all seen, all processes", cpuSum(r.cpu, r.cpuBase), "s CPU", cpuNote(r.cpu, r.cpuBase, r.toAll))
 }
 
 // ensureFleet makes sure the main daemon runs over the Services of benchNS
@@ -491,13 +497,25 @@ func (b *bench) restart() error {
 	}
 	// Consul's own limit for the owned-state read, with the daemon idle.
 	const readers = 4 // consul.nodeReaders
+	// Three times: Consul's CPU for the same answers varies with its own
+	// GC (its heap holds every instance), the least is the limit.
 	consulOnly := b.serverPids()[:len(b.consul.Servers())]
-	c0 := cpuOf(consulOnly)
-	limit, bytes, err := b.readLimit(readers)
-	if err != nil {
-		return err
+	var limit time.Duration
+	var bytes int64
+	var limitCPUs []string
+	limitCPU := 0.0
+	for i := range 3 {
+		c0 := cpuOf(consulOnly)
+		took, n, err := b.readLimit(readers)
+		if err != nil {
+			return err
+		}
+		used := cpuSum(cpuOf(consulOnly), c0)
+		limitCPUs = append(limitCPUs, fmt.Sprintf("%.2f s in %.2f s", used, took.Seconds()))
+		if i == 0 || took < limit {
+			limit, bytes, limitCPU = took, n, used
+		}
 	}
-	limitCPU := cpuSum(cpuOf(consulOnly), c0)
 	read := m["fleetsync_supervisor_bootstrap_read_duration_seconds"]
 	b.res.add("restart", "Raft applies caused by the restart", w.total, "applies", w.breakdown()+"; until 5 s after ready")
 	b.res.add("restart", "catalog writes caused by the restart", w.txn, "transactions", "target 0")
@@ -508,7 +526,7 @@ func (b *bench) restart() error {
 	b.res.add("restart", "owned-state read, from the supervisor's start", math.Round(read*1000)/1000, "s", "fleetsync_supervisor_bootstrap_read_duration_seconds (beside the informers' sync)")
 	b.res.add("restart", "bootstrap, from the supervisor's start", math.Round(m["fleetsync_supervisor_bootstrap_duration_seconds"]*1000)/1000, "s", "fleetsync_supervisor_bootstrap_duration_seconds (read, informers synced, workers started)")
 	b.res.add("restart", "Consul's read limit: the same reads, bare HTTP client", secs(limit), "s",
-		fmt.Sprintf("every node's services and checks, %d nodes at a time, %.1f MiB of answers discarded, daemon idle; Consul's CPU %.2f s", readers, float64(bytes)/(1<<20), limitCPU))
+		fmt.Sprintf("every node's services and checks, %d nodes at a time, %.1f MiB of answers discarded, daemon idle; Consul's CPU %.2f s; the fastest of 3 reads (Consul's CPU: %s)", readers, float64(bytes)/(1<<20), limitCPU, strings.Join(limitCPUs, ", ")))
 	if read > 0 {
 		b.res.add("restart", "owned-state read / Consul's read limit", math.Round(read/limit.Seconds()*100)/100, "ratio", "1 = the read is as fast as Consul answers")
 	}
