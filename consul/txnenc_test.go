@@ -153,7 +153,7 @@ func FuzzAppendOp(f *testing.F) {
 func BenchmarkAppendOp(b *testing.B) {
 	c := &Client{}
 	in := Instance{ID: "k8s-c1/shop/web/10.0.0.1:8080", Name: "web", Address: "10.0.0.1", Port: 8080, Tags: []string{"k8s"},
-		Meta: map[string]string{"k8s-cluster": "c1", "k8s-namespace": "shop", "k8s-service-name": "web", "external-source": "kubernetes", "port-http": "8080"},
+		Meta:  map[string]string{"k8s-cluster": "c1", "k8s-namespace": "shop", "k8s-service-name": "web", "external-source": "kubernetes", "port-http": "8080"},
 		Check: Check{Status: "passing", Output: "Kubernetes endpoint is ready"}}
 	ops := []*api.TxnOp{c.serviceOp("k8s-c1-3", in, 0), c.checkOp("k8s-c1-3", in, 0)}
 	b.Run("appendOp", func(b *testing.B) {

@@ -1,9 +1,8 @@
 package supervisor
 
 import (
-	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/ownership"
-	"github.com/fleetsync/fleetsync/worker"
 )
 
 // ServicesPerNode is how many Services one Consul node is meant to hold:
@@ -27,15 +26,14 @@ func ChooseNodes(selected, inUse int) int {
 	return target
 }
 
-// UsedNodes returns how many nodes the owned instances are spread over:
-// the highest node number holding one, plus one (0: no instance).
-func UsedNodes(c ownership.Cluster, owned map[k8s.Key]map[string]worker.Held) int {
+// UsedNodes returns how many nodes the owned entries of a read are spread
+// over: the highest node number holding one, plus one (0: none). Every
+// entry counts, also one that shares its ID with another on a second node.
+func UsedNodes(c ownership.Cluster, entries []consul.Registered) int {
 	n := 0
-	for _, held := range owned {
-		for _, e := range held {
-			if b, ok := c.NodeNumber(e.Node); ok {
-				n = max(n, b+1)
-			}
+	for i := range entries {
+		if b, ok := c.NodeNumber(entries[i].Node); ok && c.Owns(entries[i]) == nil {
+			n = max(n, b+1)
 		}
 	}
 	return n

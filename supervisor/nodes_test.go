@@ -115,3 +115,33 @@ func TestAutoNodesSpreadAtBootstrap(t *testing.T) {
 		})
 	}
 }
+
+// TestUsedNodesCountsEveryOwnedEntry: the highest node number of an
+// entry of ours counts, also where another entry on a lower node shares
+// its ID (the held maps keep one per ID); someone else's entries, and
+// nodes not ours, count for nothing.
+func TestUsedNodesCountsEveryOwnedEntry(t *testing.T) {
+	cluster, err := ownership.New("used")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := func(id, node string) consul.Registered {
+		in := cluster.Stamp(consul.Instance{ID: id, Name: "web", Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "web"}})
+		return consul.Registered{Instance: in, Node: node}
+	}
+	foreign := ours("f", cluster.NodeName()+".30")
+	foreign.Meta = map[string]string{"k8s-cluster": "other"}
+	entries := []consul.Registered{
+		ours("a", cluster.NodeName()+".10"), // the same ID on .10 and .2: read in name order, .2 last
+		ours("a", cluster.NodeName()+".2"),
+		ours("b", cluster.NodeName()),
+		foreign,
+		ours("c", "k8s-someone-else.40"),
+	}
+	if got := UsedNodes(cluster, entries); got != 11 {
+		t.Errorf("UsedNodes = %d, want 11 (node .10 holds an entry of ours)", got)
+	}
+	if got := UsedNodes(cluster, nil); got != 0 {
+		t.Errorf("UsedNodes of nothing = %d, want 0", got)
+	}
+}

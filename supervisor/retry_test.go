@@ -48,7 +48,7 @@ func TestReadOwnedBacksOff(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := s.readOwned(ctx)
+		_, err := s.readOwned(ctx)
 		done <- err
 	}()
 	await := func(what string, cond func() bool) {

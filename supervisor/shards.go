@@ -54,10 +54,11 @@ func (s *Supervisor) GainShard(ctx context.Context, k int) {
 	if !s.bootstrapped.Load() {
 		return
 	}
-	owned, _, err := s.readOwned(ctx)
+	st, err := s.readOwned(ctx)
 	if err != nil {
 		return
 	}
+	owned := st.held
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {

@@ -216,15 +216,14 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// The owned Consul state is read while the informers list: neither
 	// needs the other, and both must be complete before any worker runs.
 	type ownedRead struct {
-		owned   map[k8s.Key]map[string]worker.Held
-		foreign int
-		took    time.Duration
-		err     error
+		ownedState
+		took time.Duration
+		err  error
 	}
 	readC := make(chan ownedRead, 1)
 	go func() {
-		owned, foreign, err := s.readOwned(ctx)
-		readC <- ownedRead{owned, foreign, s.opts.Clock.Since(start), err}
+		st, err := s.readOwned(ctx)
+		readC <- ownedRead{st, s.opts.Clock.Since(start), err}
 	}()
 	if !s.opts.Watcher.WaitForSync(ctx) {
 		<-readC
@@ -236,8 +235,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if read.err != nil {
 		return nil // ctx done
 	}
-	owned, foreign := read.owned, read.foreign
-	s.setNodes(owned)
+	owned, foreign := read.held, read.foreign
+	s.setNodes(read.nodes)
 	n := countOwned(owned) // before the workers take their maps
 	d := s.startFleet(ctx, owned).Sub(start)
 	s.opts.Hooks.Bootstrapped(d, read.took, n, foreign)
@@ -276,19 +275,28 @@ var (
 	restartBackoff = backoff.Policy{Min: time.Second, Max: 30 * time.Second, Jitter: 0.2}
 )
 
+// ownedState is a read of our nodes: the owned entries held per Service
+// (worker.HoldOwned), how many entries were not ours, and how many nodes
+// ours are spread over (UsedNodes).
+type ownedState struct {
+	held           map[k8s.Key]map[string]worker.Held
+	foreign, nodes int
+}
+
 // readOwned reads the entries on our nodes (Store.ReadNode: the whole
 // fleet's at once, not one read per worker) and groups the owned ones by
 // Service, retrying with backoff until it succeeds or ctx is done.
-func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key]map[string]worker.Held, int, error) {
+func (s *Supervisor) readOwned(ctx context.Context) (ownedState, error) {
 	retry := backoff.New(readBackoff)
 	for {
 		entries, err := s.opts.Store.ReadNode(ctx)
 		if err == nil {
-			owned, foreign := worker.HoldOwned(s.opts.Worker.Cluster, entries)
-			return owned, foreign, nil
+			st := ownedState{nodes: UsedNodes(s.opts.Worker.Cluster, entries)}
+			st.held, st.foreign = worker.HoldOwned(s.opts.Worker.Cluster, entries)
+			return st, nil
 		}
 		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
+			return ownedState{}, ctx.Err()
 		}
 		s.opts.Hooks.BootstrapReadFailed(err)
 		wait := retry.Next()
@@ -297,7 +305,7 @@ func (s *Supervisor) readOwned(ctx context.Context) (map[k8s.Key]map[string]work
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, 0, ctx.Err()
+			return ownedState{}, ctx.Err()
 		case <-t.C():
 		}
 	}
@@ -359,11 +367,11 @@ func (s *Supervisor) selectedCount() int {
 // new instances go on: chosen from the selected Services and the nodes
 // the owned instances are on (AutoNodes), or Worker.Cluster's, with a
 // warning when that is fewer than advised.
-func (s *Supervisor) setNodes(owned map[k8s.Key]map[string]worker.Held) {
+func (s *Supervisor) setNodes(inUse int) {
 	selected := s.selectedCount()
 	n := max(s.opts.Worker.Cluster.Nodes(), 1)
 	if s.opts.AutoNodes {
-		prev := UsedNodes(s.opts.Worker.Cluster, owned)
+		prev := inUse
 		n = ChooseNodes(selected, prev)
 		s.log.Info("Consul nodes chosen", "services", selected, "nodes_in_use", prev, "consul_nodes", n)
 	} else if selected > ServicesPerNode*n {

@@ -197,12 +197,16 @@ func TestOwnedOf(t *testing.T) {
 func TestHoldOwnedKeepsNothingOfTheRead(t *testing.T) {
 	cluster := testCluster(t)
 	read := []consul.Registered{registered(passing(ready("10.0.0.1", "a"), 8080), 1), registered(passing(ready("10.0.0.2", "a"), 8080), 2)}
-	entry, meta := weak.Make(&read[0]), weak.Make(&read[1].Meta)
+	read[1].Tags = append([]string{"own-array"}, read[1].Tags...)
+	entry, tags := weak.Make(&read[0]), weak.Make(&read[1].Tags[0]) // the slice's array, the tags' own
 	byKey, skipped := HoldOwned(cluster, read)
 	read = nil
 	runtime.GC()
-	if entry.Value() != nil || meta.Value() != nil {
+	if entry.Value() != nil {
 		t.Error("the held maps keep the entries read reachable")
+	}
+	if tags.Value() != nil {
+		t.Error("the held maps keep an entry's tags reachable")
 	}
 	if len(byKey[testKey]) != 2 || skipped != 0 {
 		t.Errorf("HoldOwned = %v, %d skipped; want 2 entries of %s", byKey, skipped, testKey)

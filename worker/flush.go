@@ -280,8 +280,8 @@ func (w *Worker) waitBudgetFirst(ctx context.Context, s *scheduler) error {
 // on a short-lived goroutine (deep); the result counts the desired
 // instances.
 func (w *Worker) look() (ch consul.Change, res syncResult, err error) {
-w.opts.Looks.acquire()
-defer w.opts.Looks.release()
+	w.opts.Looks.acquire()
+	defer w.opts.Looks.release()
 	deep(func() {
 		var desired []consul.Instance
 		desired, res, err = w.desired()

@@ -38,10 +38,13 @@ func HoldOwned(cluster ownership.Cluster, entries []consul.Registered) (byKey ma
 		}
 		return k8s.Key{Namespace: ns, Name: name}, true
 	}
-	// Sized first: ten entries grown one by one rehash a map twice.
+	// Sized first: ten entries grown one by one rehash a map twice. The
+	// keys are kept for the second pass (the zero Key: not ours).
+	keys := make([]k8s.Key, len(entries))
 	counts := make(map[k8s.Key]int)
 	for i := range entries {
 		if k, ok := keyOf(&entries[i]); ok {
+			keys[i] = k
 			counts[k]++
 		} else {
 			skipped++
@@ -51,8 +54,8 @@ func HoldOwned(cluster ownership.Cluster, entries []consul.Registered) (byKey ma
 	for k, n := range counts {
 		byKey[k] = make(map[string]Held, n)
 	}
-	for i := range entries {
-		if k, ok := keyOf(&entries[i]); ok {
+	for i, k := range keys {
+		if k != (k8s.Key{}) {
 			byKey[k][entries[i].ID] = Hold(entries[i])
 		}
 	}

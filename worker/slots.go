@@ -28,3 +28,11 @@ func (s *Slots) InUse() int {
 	}
 	return len(s.c)
 }
+
+// Size is how many slots there are (0 for nil: unbounded).
+func (s *Slots) Size() int {
+	if s == nil {
+		return 0
+	}
+	return cap(s.c)
+}
