@@ -153,6 +153,7 @@ func (b *bench) startDaemon(name string, namespaces []string, args ...string) (*
 	if b.opts.consulNodes > 0 {
 		args = append([]string{fmt.Sprintf("--consul-nodes=%d", b.opts.consulNodes)}, args...)
 	}
+	args = append(args, b.opts.daemonArgs...)
 	d, err := fixture.SpawnDaemon(b.ctx, fixture.DaemonConfig{
 		ClusterID: clusterID, Kubeconfig: b.kube.KubeconfigPath, ConsulAddr: b.consul.Addr,
 		Namespaces: namespaces, Name: name,

@@ -41,6 +41,7 @@ type options struct {
 	replicaShards    int
 	keepLogs         bool
 	daemonEnv        []string // --daemon-env
+	daemonArgs       []string // --daemon-arg
 	pprof            bool
 	steady           bool
 }
@@ -81,6 +82,13 @@ func parseFlags(args []string) (options, error) {
 			return fmt.Errorf("want NAME=VALUE, got %q", v)
 		}
 		o.daemonEnv = append(o.daemonEnv, v)
+		return nil
+	})
+	fs.Func("daemon-arg", "a flag added to the daemons' command line (repeatable), e.g. --daemon-arg=--node-check-interval=0 to weigh what a default costs", func(v string) error {
+		if !strings.HasPrefix(v, "-") {
+			return fmt.Errorf("want a flag, got %q", v)
+		}
+		o.daemonArgs = append(o.daemonArgs, v)
 		return nil
 	})
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
