@@ -160,6 +160,13 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 		}
 	}
 	nodes := &limitNodes{locks: map[string]*sync.Mutex{}, index: map[string]uint64{}}
+	// Every fleetsync transaction starts with its cluster-id claim's guard
+	// op, a check-index of the claim key: so do the limit's, on a key of
+	// their own.
+	guard, err := b.limitGuard()
+	if err != nil {
+		return 0, 0, err
+	}
 	kv := b.consul.Client.Txn()
 	send := func(ctx context.Context, t txn) error {
 		n := s.nodes[t.node]
@@ -170,7 +177,8 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 			defer m.Unlock()
 			idx, ok = nodes.known(t.node)
 		}
-		okTxn, resp, _, err := kv.Txn(txnOps(n, idx, t.svcs, t.chk), (&consulapi.QueryOptions{}).WithContext(ctx))
+		ops := append(consulapi.TxnOps{guard}, txnOps(n, idx, t.svcs, t.chk)...)
+		okTxn, resp, _, err := kv.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("limit transaction on %s: %w", t.node, err)
 		}
@@ -187,8 +195,23 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 		return nil
 	}
 	start := time.Now()
-	err := parallelN(b.ctx, inflight, 0, len(txns), func(ctx context.Context, i int) error { return send(ctx, txns[i]) })
+	err = parallelN(b.ctx, inflight, 0, len(txns), func(ctx context.Context, i int) error { return send(ctx, txns[i]) })
 	return time.Since(start), len(txns), err
+}
+
+// limitGuard writes the limit's guard key and returns the op that checks
+// it is unchanged, shaped as fleetsync's claim guard (consul.Claim.Op).
+func (b *bench) limitGuard() (*consulapi.TxnOp, error) {
+	const key = "fleetsync-bench/limit-guard"
+	kv := b.consul.Client.KV()
+	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte("limit")}, (&consulapi.WriteOptions{}).WithContext(b.ctx)); err != nil {
+		return nil, fmt.Errorf("limit guard key: %w", err)
+	}
+	pair, _, err := kv.Get(key, (&consulapi.QueryOptions{}).WithContext(b.ctx))
+	if err != nil || pair == nil {
+		return nil, fmt.Errorf("limit guard key: read back: %v", err)
+	}
+	return &consulapi.TxnOp{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCheckIndex, Key: key, Index: pair.ModifyIndex}}, nil
 }
 
 // writesOnceReady waits until every daemon is ready and Consul is quiet,
