@@ -238,8 +238,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	owned, foreign := read.held, read.foreign
 	s.setNodes(read.nodes)
 	n := countOwned(owned) // before the workers take their maps
-	d := s.startFleet(ctx, owned).Sub(start)
-	s.opts.Hooks.Bootstrapped(d, read.took, n, foreign)
+	var d time.Duration
+	s.startFleet(ctx, owned, func(at time.Time) {
+		d = at.Sub(start)
+		s.opts.Hooks.Bootstrapped(d, read.took, n, foreign)
+	})
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", n,
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
 	s.watchConsul(ctx)
@@ -312,8 +315,10 @@ func (s *Supervisor) readOwned(ctx context.Context) (ownedState, error) {
 }
 
 // startFleet starts a worker for every selected Service and every Service
-// with owned instances, then opens the gate.
-func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key]map[string]worker.Held) (bootstrapped time.Time) {
+// with owned instances, then opens the gate; booted is told the time
+// before it does (whoever sees the gate open sees what booted did: the
+// bootstrap gauges).
+func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key]map[string]worker.Held, booted func(time.Time)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctx = ctx
@@ -332,7 +337,7 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key]map[strin
 	s.earlyMu.Lock()
 	// The time is taken before the gate opens: 10,000 workers making
 	// their first looks at once would delay it by most of a second.
-	bootstrapped = s.opts.Clock.Now()
+	booted(s.opts.Clock.Now())
 	s.bootstrapped.Store(true)
 	early := s.early
 	s.early = nil
@@ -348,7 +353,6 @@ func (s *Supervisor) startFleet(ctx context.Context, owned map[k8s.Key]map[strin
 			}
 		}
 	}
-	return bootstrapped
 }
 
 // selectedCount counts the cluster's selected Services (every shard's: all
