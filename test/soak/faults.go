@@ -296,9 +296,15 @@ func (w *world) tamper(ctx context.Context, rng *rand.Rand, hold time.Duration) 
 	w.plantMu.Lock()
 	idx, err := register(ctx, cl, reg)
 	if err != nil {
+		// Consul went away meanwhile, maybe after the register committed
+		// (a leader killed before it answered): an entry left there would
+		// stay someone else's for good, which fleetsync rightly leaves
+		// alone (found by TestSoakQuick, the register answered with an
+		// error as the leader was killed 0.1 s later, and the entry stood).
+		err = w.untamper(context.WithoutCancel(ctx), e.Node, e.ID)
 		w.plantMu.Unlock()
 		w.chk.faultEnd(id)
-		return nil // Consul went away meanwhile
+		return err
 	}
 	w.tampered = append(w.tampered, tamperRec{e.Node, e.ID})
 	w.chk.plant(&planted{What: "tampered entry " + k.String(), Node: e.Node, ID: e.ID, ModifyIndex: idx, Fault: id, reg: reg})
