@@ -89,14 +89,7 @@ func appendService(dst []byte, s *api.AgentService) []byte {
 		dst = append(dst, `,"ModifyIndex":`...)
 		dst = strconv.AppendUint(dst, s.ModifyIndex, 10)
 	}
-	if s.Namespace != "" {
-		dst = append(dst, `,"Namespace":`...)
-		dst = appendJSONString(dst, s.Namespace)
-	}
-	if s.Partition != "" {
-		dst = append(dst, `,"Partition":`...)
-		dst = appendJSONString(dst, s.Partition)
-	}
+	dst = appendScope(dst, s.Namespace, s.Partition)
 	return append(dst, '}')
 }
 
@@ -130,14 +123,7 @@ func appendCheck(dst []byte, c *api.HealthCheck) []byte {
 	dst = appendStrings(dst, c.ServiceTags)
 	dst = append(dst, `,"Type":`...)
 	dst = appendJSONString(dst, c.Type)
-	if c.Namespace != "" {
-		dst = append(dst, `,"Namespace":`...)
-		dst = appendJSONString(dst, c.Namespace)
-	}
-	if c.Partition != "" {
-		dst = append(dst, `,"Partition":`...)
-		dst = appendJSONString(dst, c.Partition)
-	}
+	dst = appendScope(dst, c.Namespace, c.Partition)
 	dst = append(dst, `,"ExposedPort":`...)
 	dst = strconv.AppendInt(dst, int64(c.ExposedPort), 10)
 	dst = append(dst, `,"Definition":`...)
@@ -147,6 +133,20 @@ func appendCheck(dst []byte, c *api.HealthCheck) []byte {
 	dst = append(dst, `,"ModifyIndex":`...)
 	dst = strconv.AppendUint(dst, c.ModifyIndex, 10)
 	return append(dst, '}')
+}
+
+// appendScope writes the omitempty Namespace and Partition fields that
+// services and checks both end their Consul fields with.
+func appendScope(dst []byte, namespace, partition string) []byte {
+	if namespace != "" {
+		dst = append(dst, `,"Namespace":`...)
+		dst = appendJSONString(dst, namespace)
+	}
+	if partition != "" {
+		dst = append(dst, `,"Partition":`...)
+		dst = appendJSONString(dst, partition)
+	}
+	return dst
 }
 
 // appendStrings writes a []string as encoding/json does: null when nil.

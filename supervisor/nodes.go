@@ -32,7 +32,8 @@ func ChooseNodes(selected, inUse int) int {
 func UsedNodes(c ownership.Cluster, entries []consul.Registered) int {
 	n := 0
 	for i := range entries {
-		if b, ok := c.NodeNumber(entries[i].Node); ok && c.Owns(entries[i]) == nil {
+		// Ownership only where it could raise n: most entries cannot.
+		if b, ok := c.NodeNumber(entries[i].Node); ok && b+1 > n && c.Owns(entries[i]) == nil {
 			n = max(n, b+1)
 		}
 	}
