@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -414,7 +415,31 @@ func TestTwin(t *testing.T) {
 // agent: the twin's semantics are Consul's.
 func TestTwinAgreesWithAgent(t *testing.T) {
 	a := stack.ConsulT(t)
+	awaitOwnNode(t, a.Client, a.NodeName)
 	runScripts(t, a.Client, "agent")
+}
+
+// awaitOwnNode waits (blocking queries) until the agent has registered its
+// own node with a passing serfHealth check: that first sync writes the
+// catalog-wide node and check indexes, and, landing in the middle of a
+// script, moved "nodes" under a check delete (a CI run, 2026-12-03).
+func awaitOwnNode(t *testing.T, c *api.Client, node string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var index uint64
+	for time.Now().Before(deadline) {
+		checks, meta, err := c.Health().Node(node, &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("the agent's own node %s: %v", node, err)
+		}
+		for _, hc := range checks {
+			if hc.CheckID == "serfHealth" && hc.Status == api.HealthPassing {
+				return
+			}
+		}
+		index = meta.LastIndex
+	}
+	t.Fatalf("the agent did not register node %s with a passing serfHealth check in 30s", node)
 }
 
 // TestFaultAndWipe: a fault fails requests with a 500; Wipe loses the data
