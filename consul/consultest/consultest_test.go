@@ -419,27 +419,38 @@ func TestTwinAgreesWithAgent(t *testing.T) {
 	runScripts(t, a.Client, "agent")
 }
 
-// awaitOwnNode waits (blocking queries) until the agent has registered its
-// own node with a passing serfHealth check: that first sync writes the
-// catalog-wide node and check indexes, and, landing in the middle of a
-// script, moved "nodes" under a check delete (a CI run, 2026-12-03).
+// awaitOwnNode waits until the agent's own writes to the node table are
+// done: its node registered with a passing serfHealth check, and then the
+// catalog-wide node index unmoved through a 2 s blocking query. Those
+// writes move the index "which indexes a write moves" reads; landing in
+// the middle of the script, they moved it under a check delete and a
+// check add in two CI runs (2026-12-03), the second after serfHealth
+// passed.
 func awaitOwnNode(t *testing.T, c *api.Client, node string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var index uint64
-	for time.Now().Before(deadline) {
+	for registered := false; !registered; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not register node %s with a passing serfHealth check in 30s", node)
+		}
 		checks, meta, err := c.Health().Node(node, &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("the agent's own node %s: %v", node, err)
 		}
 		for _, hc := range checks {
-			if hc.CheckID == "serfHealth" && hc.Status == api.HealthPassing {
-				return
-			}
+			registered = registered || hc.CheckID == "serfHealth" && hc.Status == api.HealthPassing
 		}
 		index = meta.LastIndex
 	}
-	t.Fatalf("the agent did not register node %s with a passing serfHealth check in 30s", node)
+	_, meta, err := c.Catalog().Nodes(nil)
+	for err == nil && time.Now().Before(deadline) {
+		before := meta.LastIndex
+		if _, meta, err = c.Catalog().Nodes(&api.QueryOptions{WaitIndex: before, WaitTime: 2 * time.Second}); err == nil && meta.LastIndex == before {
+			return
+		}
+	}
+	t.Fatalf("the catalog's node index did not stand still for 2 s within 30 s (%v)", err)
 }
 
 // TestFaultAndWipe: a fault fails requests with a 500; Wipe loses the data
