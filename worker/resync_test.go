@@ -450,3 +450,26 @@ func TestMarksFromBeforeAWriteAreNotTaken(t *testing.T) {
 	}
 	wantChange(t, h.apply(), "+10.0.0.1:8080")
 }
+
+// TestFirstPassFallsInTheSecondHalfOfThePeriod: a worker's first
+// anti-entropy pass comes after half a period (it starts from a read just
+// taken, or writes its state at once) and within the period, spread over
+// that half.
+func TestFirstPassFallsInTheSecondHalfOfThePeriod(t *testing.T) {
+	const period = 5 * time.Minute
+	var early, late int // draws in the first and second half of the window
+	for range 10000 {
+		d := firstResync(period)
+		if d <= period/2 || d > period {
+			t.Fatalf("first pass after %v; want in (%v, %v]", d, period/2, period)
+		}
+		if d <= period*3/4 {
+			early++
+		} else {
+			late++
+		}
+	}
+	if early < 4000 || late < 4000 {
+		t.Errorf("first passes not spread over the window: %d in its first half, %d in its second", early, late)
+	}
+}

@@ -19,8 +19,11 @@ type coldResult struct {
 	toReady             time.Duration      // spawn -> /readyz 200
 	writes              consulWrites       // Raft applies from spawn until quiet
 	txns                float64            // transactions fleetsync says it committed
+	conflicts, passes   float64            // CAS conflicts, anti-entropy passes (fleetsync's counters)
+	losses              float64            // data-loss signals fleetsync raised
 	peakRSS             float64            // VmHWM once converged
 	cpu, cpuBase        map[string]float64 // CPU seconds by process at seen, and at spawn
+	requests            consulRequests     // what Consul served from spawn to seen
 }
 
 // pollEvery is how often waitNames reads the catalog while n Services are
@@ -51,6 +54,10 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	}
 	servers := b.serverPids()
 	r.cpuBase = cpuOf(servers)
+	reqBase, err := b.consulRequests()
+	if err != nil {
+		return r, err
+	}
 	start := time.Now()
 	d, err := b.startDaemon(name, namespaces)
 	if err != nil {
@@ -91,6 +98,11 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	}
 	r.toAll = seen.Sub(start)
 	r.cpu = cpuOf(append(servers, namedPid{"fleetsync", d.Pid()}))
+	reqs, err := b.consulRequests()
+	if err != nil {
+		return r, err
+	}
+	r.requests = reqs.minus(reqBase)
 	rd := <-ready
 	if rd.err != nil {
 		return r, rd.err
@@ -107,11 +119,14 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	if _, hwm, err := memStatus(d.Pid()); err == nil {
 		r.peakRSS = hwm
 	}
-	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_consul_txn_duration_seconds_count")
+	m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_consul_txn_duration_seconds_count", "fleetsync_fleet_cas_conflicts_total",
+		"fleetsync_fleet_antientropy_passes_total", "fleetsync_consul_data_loss_detected_total")
 	if err != nil {
 		return r, err
 	}
 	r.txns = m["fleetsync_consul_txn_duration_seconds_count"]
+	r.conflicts, r.passes = m["fleetsync_fleet_cas_conflicts_total"], m["fleetsync_fleet_antientropy_passes_total"]
+	r.losses = m["fleetsync_consul_data_loss_detected_total"]
 	b.converged = true
 	return r, nil
 }
@@ -122,11 +137,14 @@ func (b *bench) recordCold(r coldResult, label string) {
 	b.res.add(sc, fmt.Sprintf("%s: time to all %s instances in Consul", label, formatValue(inst)), secs(r.toAll), "s", "daemon spawn -> last instance seen")
 	b.res.add(sc, label+": time to /readyz 200", secs(r.toReady), "s", "informers synced + owned state read")
 	w := r.writes
-	b.res.add(sc, label+": Raft applies used", w.total, "applies", fmt.Sprintf("%s; fleetsync counted %.0f transactions", w.breakdown(), r.txns))
+	b.res.add(sc, label+": Raft applies used", w.total, "applies", fmt.Sprintf("%s; fleetsync counted %.0f transactions, %.0f CAS conflicts, %.0f anti-entropy passes, %.0f data-loss signals",
+		w.breakdown(), r.txns, r.conflicts, r.passes, r.losses))
 	b.res.add(sc, label+": Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", "mean of consul_fsm_txn; one transaction per Service here")
 	b.res.add(sc, label+": instances per second", math.Round(inst/r.toAll.Seconds()), "instances/s", "")
 	b.res.add(sc, label+": peak RSS of fleetsync", math.Round(r.peakRSS/mib*10)/10, "MiB", "VmHWM")
 	b.res.add(sc, label+": CPU from spawn to all seen, all processes", cpuSum(r.cpu, r.cpuBase), "s CPU", cpuNote(r.cpu, r.cpuBase, r.toAll))
+	b.res.add(sc, label+": Consul HTTP requests from spawn to all seen", r.requests.total(), "requests",
+		"by path, with Consul's time serving them (consul_api_http; the bench's own watch included): "+r.requests.String())
 }
 
 // ensureFleet makes sure the main daemon runs over the Services of benchNS
@@ -209,15 +227,25 @@ func (b *bench) idle() error {
 		return err
 	}
 	label := fmt.Sprintf("%s x %d", formatValue(float64(b.opts.services)), b.opts.endpoints)
-	if err := b.measureIdle(label+", first period", b.opts.idle); err != nil {
-		return err
-	}
-	if b.opts.steady {
-		// Each worker's first anti-entropy pass falls in the first
-		// --resync-period (5m, the default) and reads all of its
-		// instances; later ones read them only when Consul's index of
-		// the name moved. Steady state is what comes after.
-		wait := time.Until(b.started.Add(resyncPeriod * 11 / 10))
+	if !b.opts.steady {
+		if err := b.measureIdle(label+", after convergence", b.opts.idle); err != nil {
+			return err
+		}
+	} else {
+		// Each worker's first anti-entropy pass falls in the second half
+		// of the first --resync-period (5m, the default) and reads all
+		// of its instances: measured there.
+		wait := time.Until(b.started.Add(resyncPeriod / 2))
+		b.logf("waiting %s for the first anti-entropy passes (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod/2)
+		if err := sleep(b.ctx, wait); err != nil {
+			return err
+		}
+		if err := b.measureIdle(label+", first period", b.opts.idle); err != nil {
+			return err
+		}
+		// Later passes read only when Consul's index of the name moved.
+		// Steady state is what comes after the first.
+		wait = time.Until(b.started.Add(resyncPeriod * 11 / 10))
 		b.logf("waiting %s for every worker's first anti-entropy pass (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*11/10)
 		if err := sleep(b.ctx, wait); err != nil {
 			return err

@@ -308,6 +308,10 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	watched := make(chan sighting, 1)
 	procs := append(b.serverPids(), namedPid{"bench (the limit's writer)", os.Getpid()})
 	cpu0 := cpuOf(procs)
+	req0, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	go func() {
 		at, err := b.waitNames(s.prefix, s.cold.services, pollEvery(s.cold.services), 30*time.Minute)
@@ -323,6 +327,11 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	}
 	toSeen := seen.at.Sub(start)
 	cpu1 := cpuOf(procs)
+	req1, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
+	reqs := req1.minus(req0)
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
 		return err
 	}
@@ -346,6 +355,8 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	b.res.add(sc, s.label+": limit, instances per second", math.Round(inst/toSeen.Seconds()), "instances/s", "")
 	b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
 	b.res.add(sc, s.label+": limit, CPU from first sent to all seen, all processes", cpuSum(cpu1, cpu0), "s CPU", cpuNote(cpu1, cpu0, toSeen))
+	b.res.add(sc, s.label+": limit, Consul HTTP requests from first sent to all seen", reqs.total(), "requests",
+		"by path, with Consul's time serving them (consul_api_http; the bench's own watch included): "+reqs.String())
 	b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(toSeen.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
 		fmt.Sprintf("limit %.2f s / fleetsync %.2f s (both to all seen); target >= 0.8", toSeen.Seconds(), s.cold.toAll.Seconds()))
 	return nil

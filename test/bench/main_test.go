@@ -93,3 +93,35 @@ func TestConsulWritesBreakdown(t *testing.T) {
 		t.Errorf("breakdown = %q, want %q", got, want)
 	}
 }
+
+func TestConsulRequests(t *testing.T) {
+	before, err := parseConsulRequests(strings.NewReader(`# TYPE consul_api_http summary
+consul_api_http_sum 0
+consul_api_http_count 0
+consul_api_http{method="PUT",path="v1_txn",quantile="0.5"} 3.5
+consul_api_http_sum{method="PUT",path="v1_txn"} 4000
+consul_api_http_count{method="PUT",path="v1_txn"} 10
+consul_api_http_sum{method="GET",path="v1_catalog_nodes"} 2
+consul_api_http_count{method="GET",path="v1_catalog_nodes"} 4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseConsulRequests(strings.NewReader(`consul_api_http_sum{method="PUT",path="v1_txn"} 10000
+consul_api_http_count{method="PUT",path="v1_txn"} 25
+consul_api_http_sum{method="GET",path="v1_catalog_nodes"} 2
+consul_api_http_count{method="GET",path="v1_catalog_nodes"} 4
+consul_api_http_sum{method="GET",path="v1_health_service_"} 1500
+consul_api_http_count{method="GET",path="v1_health_service_"} 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.minus(before)
+	if d.total() != 18 {
+		t.Errorf("total %v, want 18 (15 txns + 3 reads; the unmoved path left out)", d.total())
+	}
+	if got, want := d.String(), "PUT v1_txn 15 (6.00 s), GET v1_health_service_ 3 (1.50 s)"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}

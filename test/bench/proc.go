@@ -312,3 +312,111 @@ func (b *bench) quietCPU(share float64, timeout time.Duration) (time.Duration, b
 	}
 	return time.Since(start), false
 }
+
+// consulRequests is Consul's own tally of the HTTP requests it served
+// (consul_api_http, by method and path): how many, and the seconds spent
+// serving them.
+type consulRequests map[string]struct{ count, secs float64 }
+
+func (b *bench) consulRequests() (consulRequests, error) {
+	url := b.consul.HTTPAddr + "/v1/agent/metrics?format=prometheus"
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	return parseConsulRequests(resp.Body)
+}
+
+// parseConsulRequests reads consul_api_http's counts and sums from a
+// Prometheus exposition.
+func parseConsulRequests(r io.Reader) (consulRequests, error) {
+	out := consulRequests{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var count bool
+		switch {
+		case strings.HasPrefix(line, "consul_api_http_count{"):
+			count = true
+		case strings.HasPrefix(line, "consul_api_http_sum{"):
+		default:
+			continue
+		}
+		key := labelValue(line, "method") + " " + labelValue(line, "path")
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		e := out[key]
+		if count {
+			e.count = v
+		} else {
+			e.secs = v / 1000 // Consul's timers are in milliseconds
+		}
+		out[key] = e
+	}
+	return out, sc.Err()
+}
+
+// labelValue is the value of label name in one exposition line ("" when
+// absent).
+func labelValue(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// minus is what was served between o and r.
+func (r consulRequests) minus(o consulRequests) consulRequests {
+	out := consulRequests{}
+	for k, e := range r {
+		d := e
+		d.count -= o[k].count
+		d.secs -= o[k].secs
+		if d.count > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// total is the number of requests.
+func (r consulRequests) total() float64 {
+	var n float64
+	for _, e := range r {
+		n += e.count
+	}
+	return n
+}
+
+// String lists the requests by path, the most time-consuming first.
+func (r consulRequests) String() string {
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return r[keys[i]].secs > r[keys[j]].secs })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f (%.2f s)", k, r[k].count, r[k].secs))
+	}
+	return strings.Join(parts, ", ")
+}
