@@ -80,7 +80,11 @@ func (b *bench) setup() error {
 		kubeErr <- err
 	}()
 	var cerr error
-	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}, Servers: b.opts.consulServers})
+	consulArgs := []string{quietConsul}
+	if b.opts.pprof {
+		consulArgs = append(consulArgs, "-hcl=enable_debug = true") // its /debug/pprof
+	}
+	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: consulArgs, Servers: b.opts.consulServers})
 	if err := errors.Join(<-kubeErr, cerr); err != nil {
 		return err
 	}

@@ -65,6 +65,8 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	}
 	profiled := b.cpuProfile(d, fmt.Sprintf("cold-%d", n), 20)
 	defer profiled()
+	consulProfiled := b.consulProfile(fmt.Sprintf("cold-%d", n), 20)
+	defer consulProfiled()
 	type readiness struct {
 		at  time.Time
 		err error
@@ -482,6 +484,8 @@ func (b *bench) restart() error {
 	stopped := time.Now()
 	servers := b.serverPids()
 	cpu0 := cpuOf(servers)
+	consulProfiled := b.consulProfile("restart", 5) // Consul serving the restart's read
+	defer consulProfiled()
 	if err := d.Restart(b.ctx, false); err != nil { // the old process is gone: only starts
 		stopWatch()
 		return err

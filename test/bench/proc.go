@@ -193,18 +193,31 @@ func (w consulWrites) breakdown() string {
 // seconds to <out>/cpu-<name>.pb.gz, in the background: it asks as soon as
 // the daemon's HTTP listener answers. wait returns once it is saved.
 func (b *bench) cpuProfile(d *fixture.Daemon, name string, secs int) (wait func()) {
+	return b.profile(d.HTTP, "cpu-"+name, secs)
+}
+
+// consulProfile is cpuProfile for Consul (server 0, started with
+// enable_debug under --pprof): <out>/consul-cpu-<name>.pb.gz, the profile
+// that shows what Consul spends its CPU on while fleetsync waits for it.
+func (b *bench) consulProfile(name string, secs int) (wait func()) {
+	return b.profile(b.consul.HTTPAddr, "consul-cpu-"+name, secs)
+}
+
+// profile saves base's CPU profile of the next secs seconds to
+// <out>/<file>.pb.gz in the background, asking until base answers.
+func (b *bench) profile(base, file string, secs int) (wait func()) {
 	if !b.opts.pprof {
 		return func() {}
 	}
-	path := filepath.Join(b.opts.out, fmt.Sprintf("cpu-%s.pb.gz", name))
+	path := filepath.Join(b.opts.out, file+".pb.gz")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) && b.ctx.Err() == nil {
-			err := saveURL(b.ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", d.HTTP, secs), path)
+			err := saveURL(b.ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), path)
 			if err == nil {
-				b.logf("CPU profile of %s: %s (go tool pprof -top %s)", name, path, path)
+				b.logf("CPU profile %s: %s (go tool pprof -top %s)", file, path, path)
 				return
 			}
 			_ = sleep(b.ctx, 20*time.Millisecond)
