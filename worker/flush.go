@@ -68,8 +68,19 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 			w.forceResync()
 		}
 	}
+	w.armResync()
 	w.record(ctx, now, since, coalesced, res, err, s)
 	return err == nil && res.finished
+}
+
+// armResync starts the anti-entropy timer at the end of the worker's first
+// flush (firstResync): what the worker holds was read or written then. In
+// a cold start a worker's first flush ends with its write, which may
+// wait its turn for a minute or more behind the rest of the fleet's.
+func (w *Worker) armResync() {
+	if w.resyncTimer == nil && w.opts.ResyncPeriod > 0 {
+		w.resyncTimer = w.clock.NewTimer(firstResync(w.opts.ResyncPeriod))
+	}
 }
 
 // syncResult is what one sync did.

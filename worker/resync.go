@@ -22,13 +22,14 @@ func (w *Worker) Resync() {
 }
 
 // firstResync spreads the fleet's passes: the first falls uniformly in
-// (period/2, period], so 10,000 workers started together do not read
-// Consul in the same second; later ones come every period ±10%. Not
-// before half a period: a worker starts from the fleet's read of Consul
-// (or writes its state at once into an empty one), so a pass in the
-// first minutes re-reads what was just read or written. In a cold start
-// of 10,000 Services those passes were 2,700 reads of names and crowded
-// nodes that Consul served while it applied the fleet's writes.
+// (period/2, period] after the worker's first flush (armResync), so
+// 10,000 workers started together do not read Consul in the same second;
+// later ones come every period ±10%. Not before half a period: that flush
+// ended with the worker's state just read (the fleet's read of Consul) or
+// just written, and a pass in the minutes after re-reads it. In a cold
+// start of 10,000 Services such passes (then in (0, period] after the
+// start) were 2,700 reads of names and crowded nodes that Consul served
+// while it applied the fleet's writes.
 func firstResync(period time.Duration) time.Duration {
 	half := period / 2
 	return half + time.Duration(rand.Int64N(int64(period-half))) + 1

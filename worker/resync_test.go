@@ -473,3 +473,36 @@ func TestFirstPassFallsInTheSecondHalfOfThePeriod(t *testing.T) {
 		t.Errorf("first passes not spread over the window: %d in its first half, %d in its second", early, late)
 	}
 }
+
+// TestFirstPassCountsFromTheFirstFlush: a worker's first anti-entropy pass
+// comes at least half a period after its first flush ended (in a cold
+// start, the write it waited its turn for), not after its start.
+func TestFirstPassCountsFromTheFirstFlush(t *testing.T) {
+	const period = 10 * W
+	h := newHarness(t, newSvc([]k8s.Endpoint{epA}), func(h *harness, o *Options) {
+		o.ResyncPeriod = period
+	})
+	release := h.store.blockNext()
+	h.start()
+	wantChange(t, h.apply(), "+10.0.0.1:8080")
+	select {
+	case <-h.store.started:
+	case <-time.After(failsafe):
+		t.Fatal("Apply never blocked")
+	}
+	h.clk.Step(period) // a whole period while the first write waits its turn
+	release()
+	if f := h.flush(); !f.Wrote || f.Resync || f.Err != nil {
+		t.Fatalf("first flush: %+v", f)
+	}
+	h.stepNotFired(period / 2) // half a period after the write: no pass yet
+	h.stepFire(period / 2)
+	if f := h.flush(); !f.Resync || f.Wrote || f.Err != nil {
+		t.Fatalf("first pass: %+v", f)
+	}
+	if st := h.w.Status(); st.Resyncs != 1 {
+		t.Errorf("%d passes, want 1", st.Resyncs)
+	}
+	h.stop()
+	h.quiet()
+}

@@ -286,12 +286,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			blockedT.Stop()
 		}
 	}()
-	if w.opts.ResyncPeriod > 0 {
-		rt := w.clock.NewTimer(firstResync(w.opts.ResyncPeriod))
-		defer func() { rt.Stop() }()
-		resyncC = rt.C()
-		w.resyncTimer = rt
-	}
+	w.resyncTimer = nil // armed by the first flush (armResync)
+	defer func() {
+		if w.resyncTimer != nil {
+			w.resyncTimer.Stop()
+		}
+	}()
 	for {
 		var timerC <-chan time.Time
 		if s.dirty {
@@ -330,6 +330,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		var blockedC <-chan time.Time
 		if blockedT != nil {
 			blockedC = blockedT.C()
+		}
+		if w.resyncTimer != nil {
+			resyncC = w.resyncTimer.C()
 		}
 		select {
 		case <-ctx.Done():
