@@ -56,6 +56,8 @@ type fakeStore struct {
 	onApply    func()        // runs inside every Apply (before it commits)
 	panics     int           // the next applies panic
 	readFails  int           // the next reads fail
+	now        func() time.Time // the harness's clock
+	readTimes  []time.Time      // when each read was made, by that clock
 
 	applied chan consul.Change // every Apply, as it starts
 	started chan struct{}      // a blocked Apply is waiting
@@ -149,7 +151,20 @@ func (s *fakeStore) read(n *int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	*n++
+	if s.now != nil {
+		s.readTimes = append(s.readTimes, s.now())
+	}
 	return s.readFault()
+}
+
+// firstRead is the time of the first read (zero if none).
+func (s *fakeStore) firstRead() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.readTimes) == 0 {
+		return time.Time{}
+	}
+	return s.readTimes[0]
 }
 
 func (s *fakeStore) ReadPrefix(ctx context.Context, prefix string) ([]consul.Registered, error) {
@@ -461,6 +476,7 @@ func newHarness(t *testing.T, svc *k8s.Service, edit func(*harness, *Options)) *
 		edit(h, &opts)
 	}
 	h.cfg = opts.Config
+	h.store.now = h.clk.Now
 	h.w = New(opts)
 	h.gated = make(chan struct{}, 1)
 	h.w.atGate = func() { h.gated <- struct{}{} }

@@ -24,7 +24,7 @@ func TestAntiEntropy(t *testing.T) {
 	h.wrote("+10.0.0.1:8080", "+10.0.0.2:8080")
 
 	// A pass with nothing drifted: one read by name, no write.
-	h.clk.Step(5 * W) // the first pass falls within the first period
+	h.clk.Step(8 * W) // the first pass falls within 1.5 periods
 	if f := h.flush(); f.Wrote || !f.Resync || f.Err != nil {
 		t.Fatalf("quiet pass: %+v", f)
 	}
@@ -268,7 +268,7 @@ func TestPeriodicPassReadsOnlyWhatChanged(t *testing.T) {
 	pass := func(what string, wantReads, wantIndexReads int, wrote bool) Flush {
 		t.Helper()
 		h.awaitTimer()
-		h.clk.Step(6 * W) // past the next pass (4.5 to 5.5 W after the last)
+		h.clk.Step(8 * W) // past the next pass (4.5 to 5.5 W after the last, the first 2.5 to 7.5 W after the write)
 		f := h.flush()
 		if !f.Resync || f.Err != nil || f.Wrote != wrote {
 			t.Fatalf("%s: %+v", what, f)
@@ -325,7 +325,7 @@ func TestEveryTwelfthPassReadsInFull(t *testing.T) {
 	h.wrote("+10.0.0.1:8080")
 	for pass := 1; pass <= 1+fullReadEvery; pass++ {
 		h.awaitTimer()
-		h.clk.Step(6 * W)
+		h.clk.Step(8 * W)
 		if f := h.flush(); !f.Resync || f.Wrote || f.Err != nil {
 			t.Fatalf("pass %d: %+v", pass, f)
 		}
@@ -352,7 +352,7 @@ func TestAWriteElsewhereCostsOnePassOfIndexReads(t *testing.T) {
 	pass := func(what string, wantIndexReads int) {
 		t.Helper()
 		h.awaitTimer()
-		h.clk.Step(6 * W)
+		h.clk.Step(8 * W)
 		if f := h.flush(); !f.Resync || f.Err != nil || f.Wrote {
 			t.Fatalf("%s: %+v", what, f)
 		}
@@ -398,7 +398,7 @@ func TestUnknownIndexesMeanEveryPassReads(t *testing.T) {
 	h.wrote("+10.0.0.1:8080")
 	for pass := 1; pass <= 3; pass++ {
 		h.awaitTimer()
-		h.clk.Step(6 * W)
+		h.clk.Step(8 * W)
 		if f := h.flush(); !f.Resync || f.Err != nil {
 			t.Fatalf("pass %d: %+v", pass, f)
 		}
@@ -435,7 +435,7 @@ func TestMarksFromBeforeAWriteAreNotTaken(t *testing.T) {
 	h.start()
 	h.wrote("+10.0.0.1:8080")
 	h.awaitTimer()
-	h.clk.Step(6 * W)
+	h.clk.Step(8 * W)
 	if f := h.flush(); !f.Resync || f.Err != nil || f.Wrote {
 		t.Fatalf("the pass after the write: %+v", f)
 	}
@@ -444,33 +444,31 @@ func TestMarksFromBeforeAWriteAreNotTaken(t *testing.T) {
 	h.store.mu.Unlock()
 	h.store.twin.Restore(snap)
 	h.awaitTimer()
-	h.clk.Step(6 * W)
+	h.clk.Step(8 * W)
 	if f := h.flush(); !f.Resync || f.Err != nil || !f.Wrote {
 		t.Fatalf("the pass after a restore that undid the write: %+v, want it to write the instance again", f)
 	}
 	wantChange(t, h.apply(), "+10.0.0.1:8080")
 }
 
-// TestFirstPassFallsInTheSecondHalfOfThePeriod: a worker's first
-// anti-entropy pass comes after half a period (it starts from a read just
-// taken, or writes its state at once) and within the period, spread over
-// that half.
-func TestFirstPassFallsInTheSecondHalfOfThePeriod(t *testing.T) {
+// TestFirstPassFallsAfterHalfAPeriod: a worker's first anti-entropy pass
+// comes after half a period (it starts from a read just taken, or writes
+// its state at once) and within one and a half, spread evenly over that
+// period: the fleet's passes come at the rate of the later ones.
+func TestFirstPassFallsAfterHalfAPeriod(t *testing.T) {
 	const period = 5 * time.Minute
-	var early, late int // draws in the first and second half of the window
+	var quarters [4]int // draws in each quarter of the window
 	for range 10000 {
 		d := firstResync(period)
-		if d <= period/2 || d > period {
-			t.Fatalf("first pass after %v; want in (%v, %v]", d, period/2, period)
+		if d <= period/2 || d > period*3/2 {
+			t.Fatalf("first pass after %v; want in (%v, %v]", d, period/2, period*3/2)
 		}
-		if d <= period*3/4 {
-			early++
-		} else {
-			late++
-		}
+		quarters[min(int((d-period/2-1)*4/period), 3)]++
 	}
-	if early < 4000 || late < 4000 {
-		t.Errorf("first passes not spread over the window: %d in its first half, %d in its second", early, late)
+	for i, n := range quarters {
+		if n < 2200 || n > 2800 {
+			t.Errorf("first passes not spread evenly over the window: %v in its quarters (quarter %d)", quarters, i+1)
+		}
 	}
 }
 
@@ -491,17 +489,20 @@ func TestFirstPassCountsFromTheFirstFlush(t *testing.T) {
 		t.Fatal("Apply never blocked")
 	}
 	h.clk.Step(period) // a whole period while the first write waits its turn
+	wrote := h.clk.Now()
 	release()
 	if f := h.flush(); !f.Wrote || f.Resync || f.Err != nil {
 		t.Fatalf("first flush: %+v", f)
 	}
-	h.stepNotFired(period / 2) // half a period after the write: no pass yet
-	h.stepFire(period / 2)
+	h.awaitTimer()
+	h.clk.Step(period / 2)
+	h.awaitTimer()
+	h.clk.Step(period) // 1.5 periods after the write: the pass is due
 	if f := h.flush(); !f.Resync || f.Wrote || f.Err != nil {
 		t.Fatalf("first pass: %+v", f)
 	}
-	if st := h.w.Status(); st.Resyncs != 1 {
-		t.Errorf("%d passes, want 1", st.Resyncs)
+	if at := h.store.firstRead(); !at.After(wrote.Add(period / 2)) {
+		t.Errorf("the first pass read Consul %v after the write, want more than %v", at.Sub(wrote), period/2)
 	}
 	h.stop()
 	h.quiet()

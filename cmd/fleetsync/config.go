@@ -147,7 +147,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ConsulK8sMeta, "consul-k8s-meta", false, "also write consul-k8s's service meta keys (external-k8s-ns, external-k8s-ref-kind, external-k8s-ref-name, external-k8s-node-name, external-k8s-topology-zone, port-<name>) next to fleetsync's k8s-* keys, for consul-template and prepared queries written for consul-k8s")
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
-	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (jittered, spread over the period) and repairs drift (0: off)")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (±10 %; the first pass 0.5 to 1.5 periods after the worker's first sync) and repairs drift (0: off)")
 	fs.DurationVar(&c.NodeCheck, "node-check-interval", time.Second, "how often to read the cluster's Consul nodes and their indexes (one or two small requests): a node gone or created again, or an index gone back (Consul restarted empty or restored an older snapshot), makes every worker re-read and repair its Service at once; a node named like ours that is someone else's is reported (0: off)")
 	fs.DurationVar(&c.ConsulTimeout, "consul-request-timeout", consul.DefaultRequestTimeout, "deadline of every Consul request: a Consul that accepts connections and never answers costs at most this, and frees the request's slot")
 

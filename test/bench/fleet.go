@@ -234,21 +234,24 @@ func (b *bench) idle() error {
 			return err
 		}
 	} else {
-		// Each worker's first anti-entropy pass falls in the second half
-		// of the first --resync-period (5m, the default) and reads all
-		// of its instances: measured there.
-		wait := time.Until(b.started.Add(resyncPeriod / 2))
-		b.logf("waiting %s for the first anti-entropy passes (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod/2)
+		// Each worker's first anti-entropy pass falls 0.5 to 1.5
+		// --resync-period (5m, the default) after its first sync, and
+		// reads all of its instances: measured 0.6 periods after the
+		// daemon's start, where they come at their full rate.
+		wait := time.Until(b.started.Add(resyncPeriod * 6 / 10))
+		b.logf("waiting %s for the first anti-entropy passes (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*6/10)
 		if err := sleep(b.ctx, wait); err != nil {
 			return err
 		}
-		if err := b.measureIdle(label+", first period", b.opts.idle); err != nil {
+		if err := b.measureIdle(label+", first passes", b.opts.idle); err != nil {
 			return err
 		}
 		// Later passes read only when Consul's index of the name moved.
-		// Steady state is what comes after the first.
-		wait = time.Until(b.started.Add(resyncPeriod * 11 / 10))
-		b.logf("waiting %s for every worker's first anti-entropy pass (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*11/10)
+		// Steady state is when every worker made its first pass (1.5
+		// periods after its first sync) and the second ones come at
+		// their full rate (1.6 periods after the start).
+		wait = time.Until(b.started.Add(resyncPeriod * 16 / 10))
+		b.logf("waiting %s for every worker's first anti-entropy pass (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*16/10)
 		if err := sleep(b.ctx, wait); err != nil {
 			return err
 		}

@@ -76,7 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
 	fs.IntVar(&o.consulServers, "consul-servers", 1, "Consul server agents with data dirs, as in production (0: one `consul agent -dev`, in memory, as in the runs before 2026-12-02 12:00; a dev agent also indents every JSON answer, 2.2x the bytes of a server's)")
 	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof; save a heap profile at each memory point (<out>/heap-<services>.pb.gz) and CPU profiles of each cold start, the restart and an idle stretch (<out>/cpu-*.pb.gz); Consul runs with enable_debug and its CPU profiles of each cold start and the restart go to <out>/consul-cpu-*.pb.gz")
-	fs.BoolVar(&o.steady, "idle-steady", true, "idle also measures steady state: once every worker made its first anti-entropy pass (5.5 min after the daemon's start; off with --quick)")
+	fs.BoolVar(&o.steady, "idle-steady", true, "idle measures the first anti-entropy passes (3 min after the daemon's start) and steady state, once every worker made its first pass (8 min after it); off (--quick too): one measure right after the cold start")
 	fs.Func("daemon-env", "NAME=VALUE added to the daemons' environment (repeatable), e.g. GOGC=100 to compare the runtime's settings", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("want NAME=VALUE, got %q", v)
