@@ -51,11 +51,11 @@ type fakeStore struct {
 	// a read that old.
 	staleMarks *consul.CatalogMarks
 	staleAt    time.Time
-	fails      []error       // returned by the next applies, in order
-	block      chan struct{} // the next Apply waits for it to close
-	onApply    func()        // runs inside every Apply (before it commits)
-	panics     int           // the next applies panic
-	readFails  int           // the next reads fail
+	fails      []error          // returned by the next applies, in order
+	block      chan struct{}    // the next Apply waits for it to close
+	onApply    func()           // runs inside every Apply (before it commits)
+	panics     int              // the next applies panic
+	readFails  int              // the next reads fail
 	now        func() time.Time // the harness's clock
 	readTimes  []time.Time      // when each read was made, by that clock
 
