@@ -113,8 +113,9 @@ func parseMemoryLimit(s string) (int64, bool) {
 // shrinks from half of it to a tenth (at 10,000 Services x 10 the live
 // heap is ~190 MiB), and collecting more often costs little because
 // little is allocated: a collection per 19 MiB allocated, at most one
-// every 19 s there. The rate matters: during the first resync period
-// after a start every worker's pass reads its instances, and the 10 %
+// every 19 s there. The rate matters: in the first anti-entropy passes
+// after a start (0.5 to 1.5 periods after it) every worker's pass reads
+// its instances, and the 10 %
 // target then cost 8 % of a core more (17.1 % instead of 8.9 % at 10,000
 // x 10, bench run J). Left alone when the operator set GOGC (gcBusy < 0).
 type releaser struct {

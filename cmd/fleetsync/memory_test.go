@@ -77,7 +77,7 @@ func TestReleaserReturnsMemoryOncePerBurst(t *testing.T) {
 // TestQuietFleetHoldsLessHeap: once the fleet is bootstrapped, no
 // transaction has been sent for 10 s and the heap grows by less than
 // 1 MiB/s, the GC target drops to 10 %; a transaction or a faster growth
-// (the first resync period's reads) puts the daemon's back. With the
+// (the first anti-entropy passes' reads) puts the daemon's back. With the
 // operator's GOGC it is never touched.
 func TestQuietFleetHoldsLessHeap(t *testing.T) {
 	for _, busy := range []int{50, -1} {
@@ -106,7 +106,7 @@ func TestQuietFleetHoldsLessHeap(t *testing.T) {
 		step(5*time.Second, 0)
 		r.active() // already busy: nothing to put back
 		step(10*time.Second, 0)
-		step(5*time.Second, 2<<20) // the passes of a first resync period
+		step(5*time.Second, 2<<20) // the first anti-entropy passes
 		step(5*time.Second, 2<<20)
 		step(5*time.Second, 100<<10)
 		want := []int{quietGCPercent, busy, quietGCPercent, busy, quietGCPercent}
@@ -117,7 +117,7 @@ func TestQuietFleetHoldsLessHeap(t *testing.T) {
 			t.Errorf("gcBusy %d: GC targets set %v, want %v", busy, set, want)
 		}
 		if busy > 0 {
-			// The free heap of the first resync period goes back once
+			// The free heap of the first passes goes back once
 			// the target is quiet again, 5 minutes after the last release.
 			released := 0
 			r.free, r.release = func() uint64 { return 64 << 20 }, func() { released++ }

@@ -32,7 +32,7 @@ func (b *bench) churn() error {
 	if _, err := waitReady(b.ctx, d, 5*time.Minute); err != nil {
 		return err
 	}
-	b.converged = true
+	b.converged, b.convergedAt = true, time.Now()
 	b.logf("daemon: fleetsync %s", daemonArgs(d))
 	base, err := b.quietApplies(3 * time.Second)
 	if err != nil {

@@ -51,7 +51,11 @@ type bench struct {
 	// converged says the running daemon has them all in Consul.
 	populated int
 	converged bool
-	slices    map[string]*sliceState // benchNS Service name -> its slice, as last written
+	// convergedAt is when the running daemon last had every instance in
+	// Consul (its workers' first syncs had ended): the anti-entropy
+	// passes count from those.
+	convergedAt time.Time
+	slices      map[string]*sliceState // benchNS Service name -> its slice, as last written
 
 	mem     []memPoint // memory measurements at increasing sizes
 	limited bool       // a cold start of this run was measured against the limit

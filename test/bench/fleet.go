@@ -129,7 +129,7 @@ func (b *bench) coldRun(name string, namespaces []string, prefix string, n, e in
 	r.txns = m["fleetsync_consul_txn_duration_seconds_count"]
 	r.conflicts, r.passes = m["fleetsync_fleet_cas_conflicts_total"], m["fleetsync_fleet_antientropy_passes_total"]
 	r.losses = m["fleetsync_consul_data_loss_detected_total"]
-	b.converged = true
+	b.converged, b.convergedAt = true, seen
 	return r, nil
 }
 
@@ -146,7 +146,7 @@ func (b *bench) recordCold(r coldResult, label string) {
 	b.res.add(sc, label+": peak RSS of fleetsync", math.Round(r.peakRSS/mib*10)/10, "MiB", "VmHWM")
 	b.res.add(sc, label+": CPU from spawn to all seen, all processes", cpuSum(r.cpu, r.cpuBase), "s CPU", cpuNote(r.cpu, r.cpuBase, r.toAll))
 	b.res.add(sc, label+": Consul HTTP requests from spawn to all seen", r.requests.total(), "requests",
-		"by path, with Consul's time serving them (consul_api_http; the bench's own watch included): "+r.requests.String())
+		"by path, with Consul's time in the handlers (consul_api_http, blocking queries' waits included; the bench's own watch included): "+r.requests.String())
 }
 
 // ensureFleet makes sure the main daemon runs over the Services of benchNS
@@ -237,9 +237,10 @@ func (b *bench) idle() error {
 		// Each worker's first anti-entropy pass falls 0.5 to 1.5
 		// --resync-period (5m, the default) after its first sync, and
 		// reads all of its instances: measured 0.6 periods after the
-		// daemon's start, where they come at their full rate.
-		wait := time.Until(b.started.Add(resyncPeriod * 6 / 10))
-		b.logf("waiting %s for the first anti-entropy passes (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*6/10)
+		// fleet converged, where they come at their full rate (for a
+		// cold start shorter than 0.9 periods).
+		wait := time.Until(b.convergedAt.Add(resyncPeriod * 6 / 10))
+		b.logf("waiting %s for the first anti-entropy passes (%s after the fleet converged)", wait.Round(time.Second), resyncPeriod*6/10)
 		if err := sleep(b.ctx, wait); err != nil {
 			return err
 		}
@@ -249,9 +250,9 @@ func (b *bench) idle() error {
 		// Later passes read only when Consul's index of the name moved.
 		// Steady state is when every worker made its first pass (1.5
 		// periods after its first sync) and the second ones come at
-		// their full rate (1.6 periods after the start).
-		wait = time.Until(b.started.Add(resyncPeriod * 16 / 10))
-		b.logf("waiting %s for every worker's first anti-entropy pass (%s after the daemon's start)", wait.Round(time.Second), resyncPeriod*16/10)
+		// their full rate: 1.6 periods after the fleet converged.
+		wait = time.Until(b.convergedAt.Add(resyncPeriod * 16 / 10))
+		b.logf("waiting %s for every worker's first anti-entropy pass (%s after the fleet converged)", wait.Round(time.Second), resyncPeriod*16/10)
 		if err := sleep(b.ctx, wait); err != nil {
 			return err
 		}
@@ -436,8 +437,9 @@ func (b *bench) restart() error {
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
 		return err
 	}
-	// The daemon's first anti-entropy pass keeps Consul busy for minutes
-	// after a cold start: a snapshot or a compaction is what this waits out.
+	// Consul can stay busy for a while after a cold start (a snapshot, a
+	// compaction, the daemon's first anti-entropy passes): this waits it
+	// out.
 	if waited, ok := b.quietCPU(0.15, 30*time.Second); !ok {
 		b.logf("the servers still use over 15 %% of a core after %s: the restart shares the cores with them", waited.Round(time.Second))
 	} else if waited > 2*time.Second {

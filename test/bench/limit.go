@@ -285,7 +285,7 @@ func (b *bench) limitAfter(label, prefix string, r coldResult, name string, name
 	}
 	b.res.add("limit", label+": fleetsync started over the limit's entries: catalog writes", w.txn, "transactions",
 		"target 0: the limit wrote exactly what fleetsync writes")
-	b.converged = true
+	b.converged, b.convergedAt = true, time.Now()
 	return nil
 }
 
@@ -356,7 +356,7 @@ func (b *bench) limitOf(s catalogSnapshot) error {
 	b.res.add(sc, s.label+": limit, Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", w.breakdown())
 	b.res.add(sc, s.label+": limit, CPU from first sent to all seen, all processes", cpuSum(cpu1, cpu0), "s CPU", cpuNote(cpu1, cpu0, toSeen))
 	b.res.add(sc, s.label+": limit, Consul HTTP requests from first sent to all seen", reqs.total(), "requests",
-		"by path, with Consul's time serving them (consul_api_http; the bench's own watch included): "+reqs.String())
+		"by path, with Consul's time in the handlers (consul_api_http, blocking queries' waits included; the bench's own watch included): "+reqs.String())
 	b.res.add(sc, s.label+": fleetsync cold start / limit", math.Round(toSeen.Seconds()/s.cold.toAll.Seconds()*100)/100, "ratio",
 		fmt.Sprintf("limit %.2f s / fleetsync %.2f s (both to all seen); target >= 0.8", toSeen.Seconds(), s.cold.toAll.Seconds()))
 	return nil

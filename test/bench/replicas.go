@@ -49,6 +49,12 @@ func (b *bench) replicas() error {
 	if err != nil {
 		return err
 	}
+	reqBase, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
+	servers := b.serverPids()
+	cpuBase := cpuOf(servers)
 	set := &replicaSet{}
 	defer set.stop()
 	start := time.Now()
@@ -78,6 +84,16 @@ func (b *bench) replicas() error {
 		return fmt.Errorf("%s: %d of %d instances in Consul once every name was there", label, total, n*e)
 	}
 	toAll := seen.Sub(start)
+	procs := append([]namedPid(nil), servers...)
+	for i, d := range set.daemons {
+		procs = append(procs, namedPid{fmt.Sprintf("replica-%d", i), d.Pid()})
+	}
+	cpu := cpuOf(procs)
+	reqs, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
+	reqs = reqs.minus(reqBase)
 	if _, err := b.quietApplies(3 * time.Second); err != nil {
 		return err
 	}
@@ -92,6 +108,9 @@ func (b *bench) replicas() error {
 	b.res.add(sc, label+": instances per second", math.Round(inst/toAll.Seconds()), "instances/s", "")
 	b.res.add(sc, label+": Raft applies used", w.total, "applies", w.breakdown())
 	b.res.add(sc, label+": Consul FSM time per transaction", math.Round(w.txnMillis/w.txn*100)/100, "ms", "mean of consul_fsm_txn")
+	b.res.add(sc, label+": CPU from first spawn to all seen, all processes", cpuSum(cpu, cpuBase), "s CPU", cpuNote(cpu, cpuBase, toAll))
+	b.res.add(sc, label+": Consul HTTP requests from first spawn to all seen", reqs.total(), "requests",
+		"by path, with Consul's time in the handlers (consul_api_http, blocking queries' waits included; the bench's own watch included): "+reqs.String())
 	for i, d := range set.daemons {
 		m, _, _, err := scrape(b.ctx, d.HTTP, "fleetsync_shard_held", "fleetsync_fleet_workers")
 		if err != nil {
@@ -135,7 +154,7 @@ func (b *bench) replicas() error {
 		b.res.add(sc, fmt.Sprintf("%s: replica %d, RSS idle", label, i), math.Round(rss/mib*10)/10, "MiB",
 			fmt.Sprintf("%.1f KiB per Service held (%.0f)", rss/1024/math.Max(workers, 1), workers))
 		b.res.add(sc, fmt.Sprintf("%s: replica %d, CPU idle", label, i), math.Round((cpu1-cpu0[i])/idle.elapsed.Seconds()*100*1000)/1000, "% of a core",
-			"within the first --resync-period: every worker's first anti-entropy pass reads its instances")
+			"right after the cold start; each worker's first anti-entropy pass, which reads its instances, comes 0.5 to 1.5 --resync-period after its first sync")
 	}
 
 	// One replica killed: the others take its shards over; nothing
