@@ -593,6 +593,16 @@ func (h *harness) awaitGate() {
 	}
 }
 
+// awaitBlocked waits until an Apply blocked by blockNext is waiting.
+func (h *harness) awaitBlocked() {
+	h.t.Helper()
+	select {
+	case <-h.store.started:
+	case <-time.After(failsafe):
+		h.t.Fatalf("Apply never blocked; status %+v", h.w.Status())
+	}
+}
+
 // awaitTimer waits until the worker has armed its window timer.
 func (h *harness) awaitTimer() {
 	h.t.Helper()

@@ -483,11 +483,7 @@ func TestFirstPassCountsFromTheFirstFlush(t *testing.T) {
 	release := h.store.blockNext()
 	h.start()
 	wantChange(t, h.apply(), "+10.0.0.1:8080")
-	select {
-	case <-h.store.started:
-	case <-time.After(failsafe):
-		t.Fatal("Apply never blocked")
-	}
+	h.awaitBlocked()
 	h.clk.Step(period) // a whole period while the first write waits its turn
 	wrote := h.clk.Now()
 	release()

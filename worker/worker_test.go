@@ -152,11 +152,7 @@ func TestRunWindow(t *testing.T) {
 		release := h.store.blockNext()
 		h.start()
 		wantChange(t, h.apply(), "+10.0.0.1:8080")
-		select {
-		case <-h.store.started:
-		case <-time.After(failsafe):
-			t.Fatal("Apply never blocked")
-		}
+		h.awaitBlocked()
 		if st := h.w.Status(); st.State != StateFlushing {
 			t.Errorf("state %q while the Apply is blocked, want %q", st.State, StateFlushing)
 		}
@@ -292,7 +288,7 @@ func TestRunWindow(t *testing.T) {
 		release := h.store.blockNext()
 		close(gate)
 		wantChange(t, h.apply(), "+10.0.0.1:8080", "+10.0.0.2:8080")
-		<-h.store.started
+		h.awaitBlocked()
 		// The running flush read the state after both notifications:
 		// they must not cause another flush.
 		if n := len(h.w.trigger); n != 0 {
@@ -618,7 +614,7 @@ func TestRunStop(t *testing.T) {
 		h.store.blockNext()
 		h.start()
 		h.apply()
-		<-h.store.started
+		h.awaitBlocked()
 		h.cancel() // the blocked Apply returns the context's error
 		if err := h.wait(); err != nil {
 			t.Fatalf("Run: %v", err)
