@@ -93,18 +93,11 @@ func scrapeURL(ctx context.Context, url string, names ...string) (map[string]flo
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := get(ctx, url)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("GET %s: %w", url, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, 0, 0, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
-	}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -228,18 +221,11 @@ func (b *bench) profile(base, file string, secs int) (wait func()) {
 
 // saveURL writes the body of a GET to path.
 func saveURL(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := get(ctx, url)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
-	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -335,6 +321,17 @@ func (b *bench) consulRequests() (consulRequests, error) {
 	url := b.consul.HTTPAddr + "/v1/agent/metrics?format=prometheus"
 	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
 	defer cancel()
+	resp, err := get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseConsulRequests(resp.Body)
+}
+
+// get GETs url and returns the answer if it is 200 (the caller closes its
+// body).
+func get(ctx context.Context, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -343,11 +340,11 @@ func (b *bench) consulRequests() (consulRequests, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
 	}
-	return parseConsulRequests(resp.Body)
+	return resp, nil
 }
 
 // parseConsulRequests reads consul_api_http's counts and sums from a
