@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // ErrConflict is matched (errors.Is) by the error Apply returns when a CAS
@@ -41,46 +43,15 @@ type Owner interface {
 type catalogAPI interface {
 	NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error)
 	// NodeServices, NodeChecks and ServiceEntries are the reads of owned
-	// state, decoded lean (wire.go).
-	NodeServices(node string, q *api.QueryOptions) (*wireNodeServices, *api.QueryMeta, error)
-	NodeChecks(node string, q *api.QueryOptions) ([]*wireCheck, *api.QueryMeta, error)
-	ServiceEntries(name string, q *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error)
+	// state, decoded lean (package wire).
+	NodeServices(node string, q *api.QueryOptions) (*wire.NodeServices, *api.QueryMeta, error)
+	NodeChecks(node string, q *api.QueryOptions) ([]*wire.Check, *api.QueryMeta, error)
+	ServiceEntries(name string, q *api.QueryOptions) ([]*wire.Entry, *api.QueryMeta, error)
 	// CommitTxn sends ops, whose JSON is body (nil: encode ops).
-	CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error)
+	CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wire.TxnResponse, error)
 	CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 	CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error)
 	KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error)
-}
-
-// apiAdapter is the catalogAPI of a consul/api client; with raw, the
-// reads of owned state skip consul/api's decoding (rawReads).
-type apiAdapter struct {
-	c   *api.Client
-	raw *rawReads
-}
-
-func (a apiAdapter) NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
-	return a.c.Catalog().NodeServiceList(node, q)
-}
-
-func (a apiAdapter) HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-	return a.c.Health().Node(node, q)
-}
-
-func (a apiAdapter) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error) {
-	return a.c.Catalog().Node(node, q)
-}
-
-func (a apiAdapter) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
-	return a.c.Catalog().Nodes(q)
-}
-
-func (a apiAdapter) KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
-	return a.c.KV().Get(key, q)
-}
-
-func (a apiAdapter) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *api.QueryMeta, error) {
-	return a.c.Txn().Txn(ops, q)
 }
 
 // Options tune a Client. Zero values mean the defaults.
@@ -189,7 +160,7 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 
 // NewClient returns a client writing on behalf of owner.
 func NewClient(c *api.Client, owner Owner, opts Options) *Client {
-	return newClient(apiAdapter{c: c}, owner, opts)
+	return newClient(wire.API{C: c}, owner, opts)
 }
 
 func newClient(a catalogAPI, owner Owner, opts Options) *Client {
@@ -287,7 +258,7 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	// ID is CheckID(service ID), is the instance's (keys built of the
 	// decoded strings: no string is made per entry).
 	type nsID struct{ ns, id string }
-	byService := make(map[nsID]*wireCheck, len(checks))
+	byService := make(map[nsID]*wire.Check, len(checks))
 	for _, hc := range checks {
 		if isCheckOf(hc.CheckID, hc.ServiceID) {
 			byService[nsID{hc.Namespace, hc.ServiceID}] = hc
@@ -329,7 +300,7 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, ui
 		if e.Node == nil || !c.owner.IsNode(e.Node.Node) {
 			continue
 		}
-		var hc *wireCheck
+		var hc *wire.Check
 		for _, x := range e.Checks {
 			if x.CheckID == CheckID(e.Service.ID) && x.ServiceID == e.Service.ID {
 				hc = x
@@ -351,7 +322,7 @@ func (c *Client) ServiceIndex(ctx context.Context, name string) (uint64, error) 
 	return index, err
 }
 
-func (c *Client) serviceEntries(ctx context.Context, name, filter string) ([]*wireEntry, uint64, error) {
+func (c *Client) serviceEntries(ctx context.Context, name, filter string) ([]*wire.Entry, uint64, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return nil, 0, err
 	}

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // commitGroups sends one transaction: the guard op, the node ops, then the
 // groups' ops. A failed guard is re-checked once (the claim may only have
 // changed hands between this cluster's own replicas) before it is returned.
-func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*wireTxnResponse, error) {
+func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*wire.TxnResponse, error) {
 	guard := c.currentGuard()
 	if guard != nil && c.unsure.Load() {
 		// The last request got no answer: Consul may be back without
@@ -109,7 +111,7 @@ func txnBody(first api.TxnOps, groups []group) ([]byte, error) {
 }
 
 // commit sends ops as one transaction; body is their JSON (txnBody).
-func (c *Client) commit(ctx context.Context, ops api.TxnOps, body []byte) (*wireTxnResponse, error) {
+func (c *Client) commit(ctx context.Context, ops api.TxnOps, body []byte) (*wire.TxnResponse, error) {
 	start := time.Now()
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
@@ -135,7 +137,7 @@ func (c *Client) commit(ctx context.Context, ops api.TxnOps, body []byte) (*wire
 
 // recordNodes notes the nodes a committed transaction wrote (their node ops'
 // results), for the next node ops.
-func (c *Client) recordNodes(resp *wireTxnResponse) {
+func (c *Client) recordNodes(resp *wire.TxnResponse) {
 	if resp == nil {
 		return
 	}
@@ -149,7 +151,7 @@ func (c *Client) recordNodes(resp *wireTxnResponse) {
 // collect records what the committed groups wrote: the instance sent, with
 // the new indexes from the results (deletes have no result; an entry that
 // was not rewritten keeps the index it had).
-func (c *Client) collect(groups []group, resp *wireTxnResponse, done *Applied) {
+func (c *Client) collect(groups []group, resp *wire.TxnResponse, done *Applied) {
 	svcIndex := map[string]uint64{}
 	checkIndex := map[string]uint64{}
 	if resp != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // The environment variables of the default namespace and partition, as
@@ -196,7 +198,7 @@ func Dial(ctx context.Context, cc ConnConfig, opts DialOptions) (*Conn, error) {
 // NewClient returns a client of this connection writing on behalf of owner
 // (see Client).
 func (cn *Conn) NewClient(owner Owner, opts Options) *Client {
-	return newClient(apiAdapter{c: cn.api, raw: newRawReads(cn.cfg)}, owner, opts)
+	return newClient(wire.API{C: cn.api, Raw: wire.NewRaw(cn.cfg)}, owner, opts)
 }
 
 // NewHealth returns a tracker of whether Consul answers (nil clk: the real

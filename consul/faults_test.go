@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/fleetsync/fleetsync/consul/consultest"
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 	"github.com/fleetsync/fleetsync/test/stack"
 )
 
@@ -441,7 +442,7 @@ type lostAnswerAPI struct {
 	lose *atomic.Bool
 }
 
-func (l lostAnswerAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
+func (l lostAnswerAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wire.TxnResponse, error) {
 	ok, resp, err := l.catalogAPI.CommitTxn(ops, body, q)
 	if l.lose.Load() && err == nil {
 		return false, nil, errors.New("read tcp 127.0.0.1:8500: connection reset by peer")
@@ -457,7 +458,7 @@ func TestUnansweredWriteWitnessesNothing(t *testing.T) {
 	ctx := t.Context()
 	owner := testOwner{id: "lostanswer"}
 	lose := &atomic.Bool{}
-	c := newClient(lostAnswerAPI{catalogAPI: apiAdapter{c: a.Client}, lose: lose}, owner, Options{})
+	c := newClient(lostAnswerAPI{catalogAPI: wire.API{C: a.Client}, lose: lose}, owner, Options{})
 	in := owner.instance(0, "la")
 	applied, err := c.Apply(ctx, Change{Register: []Instance{in}})
 	if err != nil {
@@ -481,7 +482,7 @@ type sendingAPI struct {
 	at func()
 }
 
-func (s sendingAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wireTxnResponse, error) {
+func (s sendingAPI) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (bool, *wire.TxnResponse, error) {
 	s.at()
 	return s.catalogAPI.CommitTxn(ops, body, q)
 }
@@ -498,7 +499,7 @@ func TestWriteRetiresItsWitnessBeforeItIsSent(t *testing.T) {
 	var c *Client
 	var standing []bool // per transaction sent: did the entry's earlier witness still stand?
 	var before Witness
-	c = newClient(sendingAPI{catalogAPI: apiAdapter{c: a.Client}, at: func() {
+	c = newClient(sendingAPI{catalogAPI: wire.API{C: a.Client}, at: func() {
 		if before.ID != "" {
 			standing = append(standing, c.IsWitness(before))
 		}
@@ -570,7 +571,7 @@ type queryingAPI struct {
 	seen *[]api.QueryOptions
 }
 
-func (q queryingAPI) ServiceEntries(name string, o *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
+func (q queryingAPI) ServiceEntries(name string, o *api.QueryOptions) ([]*wire.Entry, *api.QueryMeta, error) {
 	q.mu.Lock()
 	*q.seen = append(*q.seen, *o)
 	q.mu.Unlock()
@@ -587,7 +588,7 @@ func TestWitnessReadIsConsistent(t *testing.T) {
 	owner := testOwner{id: "consistentwit"}
 	var mu sync.Mutex
 	var seen []api.QueryOptions
-	c := newClient(queryingAPI{catalogAPI: apiAdapter{c: a.Client}, mu: &mu, seen: &seen}, owner, Options{})
+	c := newClient(queryingAPI{catalogAPI: wire.API{C: a.Client}, mu: &mu, seen: &seen}, owner, Options{})
 	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(0, "cw")}}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // purgeConflictRounds bounds how often a purge reads again and retries
@@ -36,7 +38,7 @@ type Purger struct {
 // NewPurger returns a purger of cluster c, whose claim is under
 // claimPrefix ("" for DefaultClaimPrefix).
 func (cn *Conn) NewPurger(c ClusterOwner, claimPrefix string) *Purger {
-	return &Purger{api: cn.api, nodes: apiAdapter{c: cn.api}, cluster: c, store: cn.NewClient(c, Options{}), claimPrefix: claimPrefix}
+	return &Purger{api: cn.api, nodes: wire.API{C: cn.api}, cluster: c, store: cn.NewClient(c, Options{}), claimPrefix: claimPrefix}
 }
 
 // PurgePlan is what a purge found on a cluster's nodes.

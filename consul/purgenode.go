@@ -11,7 +11,7 @@ import (
 )
 
 // nodeCatalog is the part of the Consul API that a Purger reads nodes
-// and removeNode deletes them with (apiAdapter implements it).
+// and removeNode deletes them with (wire.API implements it).
 type nodeCatalog interface {
 	CatalogNode(name string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error)
 	HealthNode(name string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error)

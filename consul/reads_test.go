@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // countingAPI records the most concurrent reads it saw.
@@ -17,7 +19,7 @@ type countingAPI struct {
 	gate      chan struct{}
 }
 
-func (c *countingAPI) ServiceEntries(string, *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
+func (c *countingAPI) ServiceEntries(string, *api.QueryOptions) ([]*wire.Entry, *api.QueryMeta, error) {
 	n := c.now.Add(1)
 	for {
 		m := c.most.Load()
@@ -60,7 +62,7 @@ func TestReadsAreBounded(t *testing.T) {
 // indexAPI answers every read by name with index 42.
 type indexAPI struct{ catalogAPI }
 
-func (indexAPI) ServiceEntries(string, *api.QueryOptions) ([]*wireEntry, *api.QueryMeta, error) {
+func (indexAPI) ServiceEntries(string, *api.QueryOptions) ([]*wire.Entry, *api.QueryMeta, error) {
 	return nil, &api.QueryMeta{LastIndex: 42}, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // TxnError is a transaction Consul rolled back: which ops failed and why,
@@ -100,7 +102,7 @@ func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
 	}
 }
 
-func txnError(resp *wireTxnResponse) error {
+func txnError(resp *wire.TxnResponse) error {
 	te := &TxnError{}
 	if resp != nil {
 		for _, x := range resp.Errors {

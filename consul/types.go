@@ -3,6 +3,8 @@ package consul
 import (
 	"maps"
 	"slices"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // Readiness check of every instance.
@@ -95,3 +97,34 @@ func (c Change) Empty() bool {
 
 // Len returns the number of instances the change touches.
 func (c Change) Len() int { return len(c.Register) + len(c.Update) + len(c.Deregister) }
+
+// fromWire is the Registered of service s on node, with its readiness
+// check hc (nil: none).
+func fromWire(node string, s *wire.Service, hc *wire.Check) Registered {
+	r := Registered{
+		Instance: Instance{
+			ID:      s.ID,
+			Name:    s.Service,
+			Address: s.Address,
+			Port:    s.Port,
+			Weight:  weightOf(s.Weights),
+			Tags:    s.Tags,
+			Meta:    s.Meta,
+		},
+		Node:         node,
+		Namespace:    s.Namespace,
+		ServiceIndex: s.ModifyIndex,
+	}
+	if len(r.Tags) == 0 {
+		r.Tags = nil
+	}
+	if len(r.Meta) == 0 {
+		r.Meta = nil
+	}
+	if hc != nil {
+		r.HasCheck = true
+		r.CheckIndex = hc.ModifyIndex
+		r.Check = Check{Status: hc.Status, Output: hc.Output}
+	}
+	return r
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
 // Applied is what a (possibly partial) Apply wrote.
@@ -227,7 +229,7 @@ func (c *Client) plan(ch Change) ([]group, error) {
 	return append(append(regs, updates...), dels...), nil
 }
 
-// newGroup encodes ops once (appendOp): for the size limit, and as the
+// newGroup encodes ops once (wire.AppendOp): for the size limit, and as the
 // request body (a cold start of 10,000 Services encoded every op twice
 // before, 7 % of its CPU). An op that cannot be encoded is an error: the body must hold
 // every op the group counts.
@@ -239,7 +241,7 @@ func newGroup(node string, kind int, ops ...*api.TxnOp) (group, error) {
 		}
 		n := len(g.enc)
 		var err error
-		if g.enc, err = appendOp(g.enc, op); err != nil {
+		if g.enc, err = wire.AppendOp(g.enc, op); err != nil {
 			return group{}, fmt.Errorf("encode a transaction op: %w", err)
 		}
 		g.bytes += len(g.enc) - n

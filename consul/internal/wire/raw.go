@@ -1,4 +1,4 @@
-package consul
+package wire
 
 import (
 	"bytes"
@@ -14,17 +14,17 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// rawReads sends the reads of owned state and the transactions (write)
+// Raw sends the reads of owned state and the transactions (write)
 // itself, through the daemon's own HTTP client (its token and failover
 // transports), and decodes each answer from one pooled buffer. consul/api decodes through a json.Decoder that
 // grows a fresh buffer for every answer: at 10,000 Services x 10 that was
 // 40 % of everything the daemon allocated (1 GB over a cold start and the
-// first resync period, bench run K), and the garbage collector's work with
+// first resync period), and the garbage collector's work with
 // it. The request is the one consul/api would send (rawQuery, pinned by
 // TestRawReadsAskWhatTheAPIClientAsks and TestRawTxnSendsWhatTheAPIClientSends);
 // the answer is decoded into the same lean types (decode: one pass of
 // jscan, or encoding/json).
-type rawReads struct {
+type Raw struct {
 	hc     *http.Client
 	scheme string
 	host   string
@@ -34,21 +34,21 @@ type rawReads struct {
 	auth   *api.HttpBasicAuth // CONSUL_HTTP_AUTH, as consul/api sends it
 }
 
-// newRawReads returns the raw reads of the consul/api client built from
+// NewRaw returns the raw reads of the consul/api client built from
 // cfg (api.NewClient completes cfg: scheme, address, HTTP client), or nil
 // when they cannot be sent the same way (no HTTP client yet, or a Unix
 // socket): the reads then go through consul/api.
-func newRawReads(cfg *api.Config) *rawReads {
+func NewRaw(cfg *api.Config) *Raw {
 	if cfg == nil || cfg.HttpClient == nil || (cfg.Scheme != "http" && cfg.Scheme != "https") ||
 		cfg.Address == "" || strings.Contains(cfg.Address, "://") || strings.HasPrefix(cfg.Address, "/") {
 		return nil
 	}
-	return &rawReads{hc: cfg.HttpClient, scheme: cfg.Scheme, host: cfg.Address, prefix: cfg.PathPrefix, dc: cfg.Datacenter, token: cfg.Token, auth: cfg.HttpAuth}
+	return &Raw{hc: cfg.HttpClient, scheme: cfg.Scheme, host: cfg.Address, prefix: cfg.PathPrefix, dc: cfg.Datacenter, token: cfg.Token, auth: cfg.HttpAuth}
 }
 
 // rawQuery is the URL and header consul/api sends for a GET of path with
 // q (its newRequest and setQueryOptions, for the options fleetsync sets).
-func (r *rawReads) rawQuery(path string, q *api.QueryOptions) (*url.URL, http.Header) {
+func (r *Raw) rawQuery(path string, q *api.QueryOptions) (*url.URL, http.Header) {
 	params := url.Values{}
 	header := http.Header{}
 	if r.dc != "" {
@@ -98,7 +98,7 @@ const maxPooled = 4 << 20
 
 // query GETs path and decodes the answer into out, as consul/api's Query
 // does: a status other than 200 is an api.StatusError.
-func (r *rawReads) query(path string, out any, q *api.QueryOptions) (*api.QueryMeta, error) {
+func (r *Raw) query(path string, out any, q *api.QueryOptions) (*api.QueryMeta, error) {
 	u, header := r.rawQuery(path, q)
 	h, err := r.do(q.Context(), http.MethodGet, u, header, nil, out)
 	if err != nil {
@@ -118,7 +118,7 @@ func (r *rawReads) query(path string, out any, q *api.QueryOptions) (*api.QueryM
 // consul/api's Write does with the write options of q (namespace,
 // partition, datacenter, token): the URL and headers of rawQuery for
 // those alone, and consul/api's Content-Type.
-func (r *rawReads) write(path string, body []byte, out any, q *api.QueryOptions) error {
+func (r *Raw) write(path string, body []byte, out any, q *api.QueryOptions) error {
 	u, header := r.rawQuery(path, &api.QueryOptions{Namespace: q.Namespace, Partition: q.Partition, Datacenter: q.Datacenter, Token: q.Token})
 	header.Set("Content-Type", "application/json; charset=utf-8")
 	_, err := r.do(q.Context(), http.MethodPut, u, header, body, out)
@@ -128,7 +128,7 @@ func (r *rawReads) write(path string, body []byte, out any, q *api.QueryOptions)
 // do sends one request and decodes a 200 answer, read into a pooled
 // buffer, into out; it returns the answer's headers. Another status is an
 // api.StatusError with the answer as its body, as consul/api makes it.
-func (r *rawReads) do(ctx context.Context, method string, u *url.URL, header http.Header, body []byte, out any) (http.Header, error) {
+func (r *Raw) do(ctx context.Context, method string, u *url.URL, header http.Header, body []byte, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

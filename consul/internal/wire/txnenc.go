@@ -1,4 +1,4 @@
-package consul
+package wire
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// appendOp appends op's JSON, byte for byte what json.Marshal(op) gives
+// AppendOp appends op's JSON, byte for byte what json.Marshal(op) gives
 // (TestAppendOpIsJSONMarshal, FuzzAppendOp), to dst.
 //
 // A cold start encodes three ops per instance; through encoding/json's
@@ -19,7 +19,7 @@ import (
 // service or check op with the fields serviceOp and checkOp set, are
 // written here field by field; any other op, or one with a field set
 // that this encoder does not write, goes to json.Marshal.
-func appendOp(dst []byte, op *api.TxnOp) ([]byte, error) {
+func AppendOp(dst []byte, op *api.TxnOp) ([]byte, error) {
 	if op.KV == nil && op.Node == nil {
 		switch {
 		case op.Service != nil && op.Check == nil && plainService(&op.Service.Service):

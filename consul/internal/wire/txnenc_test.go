@@ -1,4 +1,4 @@
-package consul
+package wire
 
 import (
 	"bytes"
@@ -93,7 +93,7 @@ func randOp(r *rand.Rand) *api.TxnOp {
 	return op
 }
 
-// TestAppendOpIsJSONMarshal: appendOp writes exactly json.Marshal's bytes,
+// TestAppendOpIsJSONMarshal: AppendOp writes exactly json.Marshal's bytes,
 // for the ops fleetsync builds and for the ones it leaves to json.Marshal.
 func TestAppendOpIsJSONMarshal(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -104,7 +104,7 @@ func TestAppendOpIsJSONMarshal(t *testing.T) {
 			t.Fatal(err)
 		}
 		prefix := []byte("[x,")
-		got, err := appendOp(bytes.Clone(prefix), op)
+		got, err := AppendOp(bytes.Clone(prefix), op)
 		if err != nil {
 			t.Fatalf("op %d: %v", i, err)
 		}
@@ -114,13 +114,15 @@ func TestAppendOpIsJSONMarshal(t *testing.T) {
 	}
 }
 
-// TestAppendOpFastPath: the ops of an instance's write (serviceOp,
-// checkOp) are encoded here, not by json.Marshal.
+// TestAppendOpFastPath: the ops of an instance's write, as the catalog
+// store builds them (a service op with weights and an index, a check op),
+// are encoded here, not by json.Marshal.
 func TestAppendOpFastPath(t *testing.T) {
-	c := &Client{}
-	in := Instance{ID: "id", Name: "web", Address: "10.0.0.1", Port: 80, Weight: 3, Tags: []string{"k8s"},
-		Meta: map[string]string{"k8s-cluster": "c1"}, Check: Check{Status: "passing", Output: "ready"}}
-	for _, op := range []*api.TxnOp{c.serviceOp("n", in, 7), c.checkOp("n", in, 0)} {
+	svc := api.AgentService{ID: "id", Service: "web", Address: "10.0.0.1", Port: 80, Weights: api.AgentWeights{Passing: 3, Warning: 1},
+		Tags: []string{"k8s"}, Meta: map[string]string{"k8s-cluster": "c1"}, ModifyIndex: 7}
+	ops := instanceOps("n", []api.AgentService{svc}, nil)[1:]
+	ops[0].Service.Verb, ops[1].Check.Verb = api.ServiceCAS, api.CheckCAS
+	for _, op := range ops {
 		if op.Service != nil && !plainService(&op.Service.Service) || op.Check != nil && !plainCheck(&op.Check.Check) {
 			t.Errorf("op %+v falls back to json.Marshal", op)
 		}
@@ -142,27 +144,26 @@ func FuzzAppendOp(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := appendOp(nil, op)
+			got, err := AppendOp(nil, op)
 			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("appendOp: %s (%v)\njson.Marshal: %s", got, err, want)
+				t.Fatalf("AppendOp: %s (%v)\njson.Marshal: %s", got, err, want)
 			}
 		}
 	})
 }
 
 func BenchmarkAppendOp(b *testing.B) {
-	c := &Client{}
-	in := Instance{ID: "k8s-c1/shop/web/10.0.0.1:8080", Name: "web", Address: "10.0.0.1", Port: 8080, Tags: []string{"k8s"},
-		Meta:  map[string]string{"k8s-cluster": "c1", "k8s-namespace": "shop", "k8s-service-name": "web", "external-source": "kubernetes", "port-http": "8080"},
-		Check: Check{Status: "passing", Output: "Kubernetes endpoint is ready"}}
-	ops := []*api.TxnOp{c.serviceOp("k8s-c1-3", in, 0), c.checkOp("k8s-c1-3", in, 0)}
-	b.Run("appendOp", func(b *testing.B) {
+	svc := api.AgentService{ID: "k8s-c1/shop/web/10.0.0.1:8080", Service: "web", Address: "10.0.0.1", Port: 8080, Tags: []string{"k8s"},
+		Meta: map[string]string{"k8s-cluster": "c1", "k8s-namespace": "shop", "k8s-service-name": "web", "external-source": "kubernetes", "port-http": "8080"}}
+	ops := instanceOps("k8s-c1-3", []api.AgentService{svc}, map[string]api.HealthCheck{svc.ID: {Status: "passing", Output: "Kubernetes endpoint is ready"}})[1:]
+	ops[0].Service.Verb, ops[1].Check.Verb = api.ServiceCAS, api.CheckCAS
+	b.Run("AppendOp", func(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
 		for b.Loop() {
 			buf = buf[:0]
 			for _, op := range ops {
-				buf, _ = appendOp(buf, op)
+				buf, _ = AppendOp(buf, op)
 			}
 		}
 	})

@@ -1,12 +1,9 @@
-package consul
+package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -19,11 +16,11 @@ var leanKinds = []struct {
 	name string
 	out  func() any
 }{
-	{"node-services", func() any { return new(*wireNodeServices) }},
-	{"node-services-struct", func() any { return &wireNodeServices{} }},
-	{"checks", func() any { return new([]*wireCheck) }},
-	{"entries", func() any { return new([]*wireEntry) }},
-	{"txn", func() any { return &wireTxnResponse{} }},
+	{"node-services", func() any { return new(*NodeServices) }},
+	{"node-services-struct", func() any { return &NodeServices{} }},
+	{"checks", func() any { return new([]*Check) }},
+	{"entries", func() any { return new([]*Entry) }},
+	{"txn", func() any { return &TxnResponse{} }},
 }
 
 // agree checks decode against encoding/json for doc decoded into a fresh
@@ -78,7 +75,7 @@ func consulAnswers(t testing.TB) map[string][]byte {
 	}
 	chk := func(i int) *api.HealthCheck {
 		return &api.HealthCheck{
-			Node: "k8s-a", CheckID: CheckID(svc(i).ID), Name: "Kubernetes readiness", Status: api.HealthPassing, Output: "Kubernetes: ready",
+			Node: "k8s-a", CheckID: checkID(svc(i).ID), Name: "Kubernetes readiness", Status: api.HealthPassing, Output: "Kubernetes: ready",
 			ServiceID: svc(i).ID, ServiceName: "web", ServiceTags: []string{"k8s-a", "blue"}, Type: "ttl",
 			Definition: api.HealthCheckDefinition{HTTP: "", Interval: 0}, CreateIndex: uint64(30 + i), ModifyIndex: uint64(40 + i),
 		}
@@ -244,8 +241,8 @@ func TestScanDecodeMutations(t *testing.T) {
 	t.Logf("%d of %d mutated documents took the fast path", fast, n*len(leanKinds))
 }
 
-// FuzzScanDecode: go test -fuzz FuzzScanDecode ./consul (the seeds run in
-// every go test).
+// FuzzScanDecode: go test -fuzz FuzzScanDecode ./consul/internal/wire (the
+// seeds run in every go test).
 func FuzzScanDecode(f *testing.F) {
 	for _, doc := range consulAnswers(f) {
 		f.Add(doc)
@@ -264,56 +261,26 @@ func FuzzScanDecode(f *testing.F) {
 // as encoding/json decodes them.
 func TestScanTakesConsulsAnswers(t *testing.T) {
 	a := needConsul(t)
-	owner := testOwner{id: "scan"}
-	c := NewClient(a.Client, owner, Options{})
-	in := []Instance{owner.instance(1, "web"), owner.instance(2, "web")}
+	node := "k8s-scan"
+	in := []api.AgentService{instance(1, "web"), instance(2, "web")}
 	in[0].Tags = append(in[0].Tags, `quote"back\slash`, "tab\there", "caf\u00e9 \U0001F600")
 	in[0].Meta["k8s-pod"] = "<pod>&\u2028"
-	in[1].Check = Check{Status: StatusCritical, Output: "line one\nline two \u00fc"}
-	if _, err := c.Apply(t.Context(), Change{Register: in}); err != nil {
-		t.Fatal(err)
-	}
-	node := owner.Node().Name
+	critical := map[string]api.HealthCheck{in[1].ID: {Status: api.HealthCritical, Output: "line one\nline two \u00fc"}}
+	commitTxn(t, a, instanceOps(node, in, critical))
 	answers := map[string]func() any{
-		"/v1/catalog/node-services/" + node: func() any { return new(*wireNodeServices) },
-		"/v1/health/node/" + node:           func() any { return new([]*wireCheck) },
-		"/v1/health/service/web":            func() any { return new([]*wireEntry) },
+		"/v1/catalog/node-services/" + node: func() any { return new(*NodeServices) },
+		"/v1/health/node/" + node:           func() any { return new([]*Check) },
+		"/v1/health/service/web":            func() any { return new([]*Entry) },
 	}
 	for path, out := range answers {
-		resp, err := http.Get(a.HTTPAddr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
-		}
+		body := get(t, a, path)
 		if !agree(t, body, out) {
 			t.Errorf("GET %s: scanDecode gave up on Consul's answer:\n%s", path, body)
 		}
 	}
 	// A transaction's answer, as the daemon's raw client reads it.
-	ops := api.TxnOps{c.serviceOp(node, in[1], 0), c.checkOp(node, in[1], 0)}
-	ops[0].Service.Verb, ops[1].Check.Verb = api.ServiceSet, api.CheckSet
-	body, err := json.Marshal(ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, a.HTTPAddr+"/v1/txn", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txn, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("txn: %d %v %s", resp.StatusCode, err, txn)
-	}
-	if !agree(t, txn, func() any { return &wireTxnResponse{} }) {
+	txn := commitTxn(t, a, instanceOps(node, in[1:], critical)[1:])
+	if !agree(t, txn, func() any { return &TxnResponse{} }) {
 		t.Errorf("scanDecode gave up on a transaction's answer:\n%s", txn)
 	}
 }
@@ -323,10 +290,10 @@ func TestScanTakesConsulsAnswers(t *testing.T) {
 func TestScanLeavesAFilledOutToEncodingJSON(t *testing.T) {
 	real := consulAnswers(t)
 	filled := []any{
-		&wireNodeServices{Services: []*wireService{{ID: "kept"}}},
-		&[]*wireCheck{{CheckID: "kept"}},
-		&[]*wireEntry{{}},
-		&wireTxnResponse{Results: []wireTxnResult{{}}},
+		&NodeServices{Services: []*Service{{ID: "kept"}}},
+		&[]*Check{{CheckID: "kept"}},
+		&[]*Entry{{}},
+		&TxnResponse{Results: []TxnResult{{}}},
 	}
 	docs := []string{"node-services", "checks", "entries", "txn"}
 	for i, out := range filled {
@@ -334,8 +301,63 @@ func TestScanLeavesAFilledOutToEncodingJSON(t *testing.T) {
 			t.Errorf("%s: scanDecode decoded into a filled %T", docs[i], out)
 		}
 	}
-	p := &wireNodeServices{}
+	p := &NodeServices{}
 	if scanDecode(real["node-services"], &p) {
-		t.Error("scanDecode decoded into a filled **wireNodeServices")
+		t.Error("scanDecode decoded into a filled **NodeServices")
+	}
+}
+
+// BenchmarkDecode decodes Consul's own answers (a real agent's, 1,000
+// instances on one node: what a restart reads per node, and one Service's
+// transaction of 10) into consul/api's types, into the lean ones with
+// encoding/json, and into the lean ones as the daemon does (decode).
+func BenchmarkDecode(b *testing.B) {
+	a := needConsul(b)
+	node := "k8s-decode"
+	var all []api.AgentService
+	for i := range 1000 {
+		all = append(all, instance(i, fmt.Sprintf("svc-%d", i/10)))
+	}
+	for i := 0; i < len(all); i += 50 { // 101 ops: within Consul's 128 per transaction
+		commitTxn(b, a, instanceOps(node, all[i:i+50], nil))
+	}
+	services, checks := get(b, a, "/v1/catalog/node-services/"+node), get(b, a, "/v1/health/node/"+node)
+	// The answer of one Service's transaction: its node op and 10 service
+	// and check ops, rewritten as they are.
+	txn := commitTxn(b, a, instanceOps(node, all[:10], nil))
+	cases := []struct {
+		name string
+		body []byte
+		full func() any
+		lean func() any
+	}{
+		{"node-services-1000", services, func() any { return &api.CatalogNodeServiceList{} }, func() any { return &NodeServices{} }},
+		{"health-node-1000", checks, func() any { return &api.HealthChecks{} }, func() any { return new([]*Check) }},
+		{"txn-answer-10", txn, func() any { return &api.TxnResponse{} }, func() any { return &TxnResponse{} }},
+	}
+	for _, tc := range cases {
+		if !scanDecode(tc.body, tc.lean()) {
+			b.Fatalf("%s: scanDecode gave up on Consul's answer", tc.name)
+		}
+		for _, kind := range []string{"api", "lean", "scan"} {
+			b.Run(tc.name+"/"+kind, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(tc.body)))
+				for b.Loop() {
+					var err error
+					switch kind {
+					case "api":
+						err = json.Unmarshal(tc.body, tc.full())
+					case "lean":
+						err = json.Unmarshal(tc.body, tc.lean())
+					case "scan":
+						err = decode(tc.body, tc.lean())
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

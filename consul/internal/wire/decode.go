@@ -1,12 +1,12 @@
-package consul
+package wire
 
 import "encoding/json"
 
 // decode decodes a 200 answer into out: the answers of the reads of owned
 // state and of transactions in one pass with jscan (encoding/json's
 // state machine ran over every byte twice, once to check the document and
-// once to decode it, and was 43 % of a restart's CPU at 100,000 instances:
-// docs/benchmarks.md, run V), anything else, and any answer jscan gives up
+// once to decode it, and was 43 % of a restart's CPU at 100,000 instances),
+// anything else, and any answer jscan gives up
 // on, with encoding/json. Both give the same values
 // (TestScanDecodesAsEncodingJSON, FuzzScanDecode).
 func decode(b []byte, out any) error {
@@ -22,7 +22,7 @@ func decode(b []byte, out any) error {
 func scanDecode(b []byte, out any) bool {
 	s := newScan(b)
 	switch o := out.(type) {
-	case **wireNodeServices:
+	case **NodeServices:
 		if *o != nil || s.null() {
 			return false
 		}
@@ -31,7 +31,7 @@ func scanDecode(b []byte, out any) bool {
 			return false
 		}
 		*o = v
-	case *wireNodeServices:
+	case *NodeServices:
 		if o.Services != nil || s.null() {
 			return false
 		}
@@ -40,33 +40,33 @@ func scanDecode(b []byte, out any) bool {
 			return false
 		}
 		*o = *v
-	case *[]*wireCheck:
+	case *[]*Check:
 		if *o != nil || s.null() {
 			return false
 		}
-		var v []*wireCheck
+		var v []*Check
 		s.array(1, func() { v = append(v, s.check(2)) })
 		if !s.end() {
 			return false
 		}
 		if v == nil {
-			v = []*wireCheck{}
+			v = []*Check{}
 		}
 		*o = v
-	case *[]*wireEntry:
+	case *[]*Entry:
 		if *o != nil || s.null() {
 			return false
 		}
-		var v []*wireEntry
+		var v []*Entry
 		s.array(1, func() { v = append(v, s.entry(2)) })
 		if !s.end() {
 			return false
 		}
 		if v == nil {
-			v = []*wireEntry{}
+			v = []*Entry{}
 		}
 		*o = v
-	case *wireTxnResponse:
+	case *TxnResponse:
 		if o.Results != nil || o.Errors != nil {
 			return false
 		}
@@ -109,14 +109,14 @@ func (s *jscan) optInt(dst *int) {
 
 var nodeServicesFields = fields{"Services"}
 
-func (s *jscan) nodeServices() *wireNodeServices {
-	v := &wireNodeServices{}
+func (s *jscan) nodeServices() *NodeServices {
+	v := &NodeServices{}
 	s.object(nodeServicesFields, 1, func(int) {
 		if s.null() {
 			v.Services = nil
 			return
 		}
-		v.Services = []*wireService{}
+		v.Services = []*Service{}
 		s.array(2, func() { v.Services = append(v.Services, s.service(3)) })
 	})
 	return v
@@ -124,12 +124,12 @@ func (s *jscan) nodeServices() *wireNodeServices {
 
 var serviceFields = fields{"ID", "Service", "Address", "Port", "Weights", "Tags", "Meta", "Namespace", "ModifyIndex"}
 
-// service decodes a wireService (null is a nil element).
-func (s *jscan) service(depth int) *wireService {
+// service decodes a Service (null is a nil element).
+func (s *jscan) service(depth int) *Service {
 	if s.null() {
 		return nil
 	}
-	v := &wireService{}
+	v := &Service{}
 	s.object(serviceFields, depth, func(k int) {
 		switch k {
 		case 0:
@@ -171,12 +171,12 @@ func (s *jscan) weights(depth int, passing, warning *int) {
 
 var checkFields = fields{"CheckID", "ServiceID", "Status", "Output", "Namespace", "ModifyIndex"}
 
-// check decodes a wireCheck (null is a nil element).
-func (s *jscan) check(depth int) *wireCheck {
+// check decodes a Check (null is a nil element).
+func (s *jscan) check(depth int) *Check {
 	if s.null() {
 		return nil
 	}
-	v := &wireCheck{}
+	v := &Check{}
 	s.object(checkFields, depth, func(k int) {
 		switch k {
 		case 0:
@@ -201,12 +201,12 @@ var (
 	entryNodeFields = fields{"Node"}
 )
 
-// entry decodes a wireEntry (null is a nil element).
-func (s *jscan) entry(depth int) *wireEntry {
+// entry decodes a Entry (null is a nil element).
+func (s *jscan) entry(depth int) *Entry {
 	if s.null() {
 		return nil
 	}
-	v := &wireEntry{}
+	v := &Entry{}
 	s.object(entryFields, depth, func(k int) {
 		switch k {
 		case 0:
@@ -221,7 +221,7 @@ func (s *jscan) entry(depth int) *wireEntry {
 			if s.null() {
 				return
 			}
-			v.Checks = []*wireCheck{}
+			v.Checks = []*Check{}
 			s.array(depth+1, func() { v.Checks = append(v.Checks, s.check(depth+2)) })
 		}
 	})
@@ -239,8 +239,8 @@ var (
 // txnResponse decodes a transaction's 200 answer; a non-null Errors (only
 // a rolled back transaction has them, and CommitTxn decodes that answer
 // with encoding/json) is not decoded here: ok is false.
-func (s *jscan) txnResponse() (v *wireTxnResponse, ok bool) {
-	v = &wireTxnResponse{}
+func (s *jscan) txnResponse() (v *TxnResponse, ok bool) {
+	v = &TxnResponse{}
 	ok = true
 	s.object(txnFields, 0, func(k int) {
 		if k == 1 {
@@ -253,14 +253,14 @@ func (s *jscan) txnResponse() (v *wireTxnResponse, ok bool) {
 		if s.null() {
 			return
 		}
-		v.Results = []wireTxnResult{}
+		v.Results = []TxnResult{}
 		s.array(1, func() { v.Results = append(v.Results, s.txnResult(2)) })
 	})
 	return v, ok
 }
 
-func (s *jscan) txnResult(depth int) wireTxnResult {
-	var r wireTxnResult
+func (s *jscan) txnResult(depth int) TxnResult {
+	var r TxnResult
 	if s.null() {
 		return r
 	}
