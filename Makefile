@@ -54,8 +54,10 @@ docs: ## Regenerate the docs generated from the code (docs/configuration.md, doc
 demo: ## Run the demo (test/demo) against a local stack.
 	$(GO) run ./test/demo
 
-bench: ## Run the benchmark harness (test/bench).
-	$(GO) run ./test/bench
+# Flags of the benchmark, e.g. make bench BENCH='--services=2000' (go run ./test/bench --help lists them).
+BENCH ?=
+bench: tools ## Benchmark against the real servers (test/bench) and replace docs/performance.md with the figures; BENCH='--quick' for a smoke run.
+	$(GO) run ./test/bench --performance-doc=docs/performance.md $(BENCH)
 
 # Flags of the soak, e.g. make soak SOAK='--quick' or SOAK='--duration 30m --seed 42'.
 SOAK ?=

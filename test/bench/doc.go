@@ -6,8 +6,10 @@
 // Run it with `make bench` (or `go run ./test/bench`; `--quick` for a smoke
 // run of a minute or two). It prints one line per figure, writes every figure
 // and the raw series to <out>/results.json and draws the plots into <out>
-// (PNG, with gonum/plot). docs/benchmarks.md holds the figures of a full run
-// and how to read them.
+// (PNG, with gonum/plot). With --performance-doc (make bench:
+// docs/performance.md) a run that succeeded replaces that file with its
+// figures, the machine and the command (perfdoc.go); --render-from renders
+// an earlier run's results.json instead of running.
 //
 // Scenarios (--scenarios, comma-separated; default all):
 //
@@ -53,7 +55,7 @@
 //	            project 100,000 Services: cold start, idle, Go heap. Services
 //	            are split over several cluster ids (Consul nodes), because
 //	            Consul 1.14 slows down with the instances already on a node
-//	            (see docs/benchmarks.md)
+//	            (docs/design/decisions/consul-nodes.md)
 //
 // Every server and daemon it starts is stopped on exit, on error and on
 // Ctrl-C; the children also die with the process (Pdeathsig, see package

@@ -44,6 +44,8 @@ type options struct {
 	daemonArgs       []string // --daemon-arg
 	pprof            bool
 	steady           bool
+	perfDoc          string // --performance-doc
+	renderFrom       string // --render-from
 }
 
 func parseFlags(args []string) (options, error) {
@@ -65,16 +67,16 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.churnServices, "churn-services", 0, "Services changing once per second in the churn scenario (default min(1000, --services))")
 	fs.DurationVar(&o.churnFor, "churn-duration", 0, "how long the churn lasts (default 60s; 10s with --quick)")
 	fs.Float64Var(&o.churnBudget, "churn-budget", 100, "--consul-max-writes-per-second of the churn scenario's daemon")
-	fs.IntVar(&o.memoryLarge, "memory-large", 0, "second memory point, in Services: a second cold start (default 2000; 500 with --quick; <= --services skips it; 10000 takes ~30 min, see docs/benchmarks.md)")
+	fs.IntVar(&o.memoryLarge, "memory-large", 0, "second memory point, in Services: a second cold start (default 2000; 500 with --quick; <= --services skips it; 10000 takes ~30 min)")
 	fs.IntVar(&o.inprocServices, "inprocess-services", 0, "Services of the in-process scenario (default 100000; 2000 with --quick)")
 	fs.IntVar(&o.inprocEndpoints, "inprocess-endpoints", 0, "endpoints per Service in the in-process scenario (default 1: Consul must hold them all)")
 	fs.IntVar(&o.inprocShard, "inprocess-shard", 1000, "Services per cluster id (Consul node) in the in-process scenario")
 	fs.IntVar(&o.rolloutEndpoints, "rollout-endpoints", 0, "endpoints of the rolled-out Service, replaced 25 every 500 ms (default 900; 200 with --quick)")
-	fs.IntVar(&o.replicaServices, "replicas-services", 0, "Services of the replicas scenario (default 3000; 200 with --quick; 30000 is the 300,000-instance point, see docs/benchmarks.md)")
+	fs.IntVar(&o.replicaServices, "replicas-services", 0, "Services of the replicas scenario (default 3000; 200 with --quick; 30000 is the 300,000-instance point: about 15 min on 2 cores)")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas of the replicas scenario")
 	fs.IntVar(&o.replicaShards, "replica-shards", 6, "--shards of the replicas scenario")
 	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
-	fs.IntVar(&o.consulServers, "consul-servers", 1, "Consul server agents with data dirs, as in production (0: one `consul agent -dev`, in memory, as in the runs before 2026-12-02 12:00; a dev agent also indents every JSON answer, 2.2x the bytes of a server's)")
+	fs.IntVar(&o.consulServers, "consul-servers", 1, "Consul server agents with data dirs, as in production (0: one `consul agent -dev`, in memory; a dev agent also indents every JSON answer, 2.2x the bytes of a server's)")
 	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof; save a heap profile at each memory point (<out>/heap-<services>.pb.gz) and CPU profiles of each cold start, the restart and an idle stretch (<out>/cpu-*.pb.gz); Consul runs with enable_debug and its CPU profiles of each cold start and the restart go to <out>/consul-cpu-*.pb.gz")
 	fs.BoolVar(&o.steady, "idle-steady", true, "idle measures the first anti-entropy passes (3 min after the daemon's start) and steady state, once every worker made its first pass (8 min after it); off (--quick too): one measure right after the cold start")
 	fs.Func("daemon-env", "NAME=VALUE added to the daemons' environment (repeatable), e.g. GOGC=100 to compare the runtime's settings", func(v string) error {
@@ -91,12 +93,17 @@ func parseFlags(args []string) (options, error) {
 		o.daemonArgs = append(o.daemonArgs, v)
 		return nil
 	})
+	fs.StringVar(&o.perfDoc, "performance-doc", "", "after a run that succeeded, replace this file with the run's figures as markdown (make bench: docs/performance.md)")
+	fs.StringVar(&o.renderFrom, "render-from", "", "run nothing: render this results.json into --performance-doc")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.renderFrom != "" && o.perfDoc == "" {
+		return o, fmt.Errorf("--render-from=%s: needs --performance-doc, the file to write", o.renderFrom)
 	}
 	def := func(v *int, full, quick int) {
 		if *v <= 0 {
@@ -173,6 +180,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
+	if o.renderFrom != "" {
+		if err := renderFile(o.renderFrom, o.perfDoc); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once; the servers die with us (Pdeathsig)
 	if err := run(ctx, o); err != nil {
@@ -195,6 +209,13 @@ func run(ctx context.Context, o options) (err error) {
 			err = errors.Join(err, werr)
 		} else {
 			fmt.Printf("\nresults: %s (wall time %s)\n", b.res.path(o.out), time.Since(start).Round(time.Second))
+		}
+		if err == nil && o.perfDoc != "" {
+			if werr := writePerformance(o.perfDoc, b.res); werr != nil {
+				err = werr
+			} else {
+				fmt.Printf("figures: %s\n", o.perfDoc)
+			}
 		}
 	}()
 	if err := os.MkdirAll(o.out, 0o755); err != nil {

@@ -47,6 +47,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "churn larger than the fleet", args: []string{"--services=10", "--churn-services=20"}, wantErr: "--churn-services"},
 		{name: "rollout not a multiple of 25", args: []string{"--rollout-endpoints=30"}, wantErr: "multiple of 25"},
 		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
+		{name: "render with nowhere to write", args: []string{"--render-from=out/bench/results.json"}, wantErr: "needs --performance-doc"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
