@@ -38,7 +38,7 @@ const patientMaxDelay = time.Second
 // quiet minutes; client-go lets no informer built on SharedIndexInformer
 // change that. After a 15 s kube-apiserver restart its next try can be
 // 25 s away, and every change made meanwhile reaches Consul that much
-// later (the soak's open finding, docs/reliability.md). fleetsync runs a
+// later (TestChangeAfterAnAPIServerOutageIsPrompt). fleetsync runs a
 // few informers per replica, so one request per informer and second while
 // the API server is down costs it nothing.
 //

@@ -24,13 +24,12 @@ import (
 // Until the fleet is bootstrapped the GC target is bootGCPercent instead:
 // the bootstrap builds the whole live heap at once (the informers' lists,
 // the owned-state read, one worker per Service), and every collection
-// during it marks all that is built so far. At 10,000 Services x 10 a
-// restart collected ~1 s of CPU on the 2 cores that Consul and the API
-// server also answer it on; at 150 % the daemon used 2.30 s of CPU from
-// its start to ready instead of 3.20 s (docs/benchmarks.md, run AA's
-// restart series: r6 against r7). The live heap only grows until the gate,
-// so the higher target raises the peak by less than it would in steady
-// state; the soft limit still holds.
+// during it marks all that is built so far, on the cores that Consul and
+// the API server answer the start on. The live heap only grows until the
+// gate, so the higher target raises the peak by less than it would in
+// steady state; the soft limit still holds. The measurements behind both
+// targets, and the commands that repeat them:
+// docs/design/decisions/gc-tuning.md.
 const (
 	defaultGCPercent  = 50
 	bootGCPercent     = 150
@@ -115,9 +114,9 @@ func parseMemoryLimit(s string) (int64, bool) {
 // little is allocated: a collection per 19 MiB allocated, at most one
 // every 19 s there. The rate matters: in the first anti-entropy passes
 // after a start (0.5 to 1.5 periods after it) every worker's pass reads
-// its instances, and the 10 %
-// target then cost 8 % of a core more (17.1 % instead of 8.9 % at 10,000
-// x 10, bench run J). Left alone when the operator set GOGC (gcBusy < 0).
+// its instances, and a 10 % target then costs several percent of a core
+// more (docs/design/decisions/gc-tuning.md). Left alone when the operator
+// set GOGC (gcBusy < 0).
 type releaser struct {
 	clock   clock.WithTicker
 	quiet   time.Duration

@@ -73,7 +73,7 @@ func TestWriteStatusJSON(t *testing.T) {
 		}
 	}
 	if len(back.Clusters) != 3 || back.Clusters[1].ClusterID != "west-2" || !back.Clusters[1].Claim.Held || back.Others[0].Node != "k8s-sync" {
-		t.Errorf("round trip: %+v", back)
+		t.Errorf("decoded again: %+v", back)
 	}
 	// Empty lists are [] (not null), so scripts can iterate without checks.
 	b.Reset()

@@ -18,7 +18,7 @@ import (
 	"github.com/fleetsync/fleetsync/test/stack"
 )
 
-// Tests of docs/reliability.md's "exact under faults" rows: Consul losing
+// Tests of docs/reliability.md's rows on faults in Consul: Consul losing
 // or rolling back its data while other Services write, someone else's
 // entry under our ID, a look-alike node, a Consul that never answers, and
 // a cluster-id claim lost to another Kubernetes cluster.
@@ -271,8 +271,8 @@ func restoreFleet(t *testing.T, prefix string, n, eps, base int, args ...string)
 // the instance back; another Service writes right after the restore,
 // which lifts the node's index above everything fleetsync saw, so the
 // index check cannot tell. The delete is the only evidence, and the
-// instance must be gone again within seconds. Three fixes of session 22
-// each fail this test when reverted: the delete stays a witness after its
+// instance must be gone again within seconds. Each of three rules fails
+// this test when reverted: the delete stays a witness after its
 // worker ended; the check reads every witness from its last complete check
 // on (by age alone it never read the delete, 70 ms older than the write
 // after the restore); the delete's witness sits above the entry's own
@@ -282,9 +282,8 @@ func restoreFleet(t *testing.T, prefix string, n, eps, base int, args ...string)
 func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
 	e, own, names, want, set := restoreFleet(t, "went", 3, 3, 60, "--node-check-interval=5s")
 	// The Service to delete is left with one instance, our latest write:
-	// its delete's witness must sit above that write's index (the
-	// review's finding: it sat at it, and the entry back at it read as
-	// someone's later write).
+	// its delete's witness must sit above that write's index (at it, the
+	// entry back at it would read as someone's later write).
 	gone := names[0]
 	ports := map[string]int32{"http": 80}
 	last := fixture.IPs(60, 5, 1)
@@ -325,8 +324,8 @@ func TestRestoreAfterAServiceWentRepairs(t *testing.T) {
 // service index either), and Consul is restored from a snapshot taken
 // before that: the check is passing again while the pod drains. The
 // witness of that write holds the check's index, so the node check sees
-// it and the worker sets the check back within seconds (session 22, the
-// review's finding: before, it stayed passing until the Service's
+// it and the worker sets the check back within seconds (without the
+// check's index in the witness it stays passing until the Service's
 // anti-entropy pass, up to 5.5 min). Nothing else writes after the
 // restore, so the catalog's marks may be back exactly where a check left
 // them: a witness newer than that check forbids the skip on them.

@@ -314,7 +314,7 @@ func TestKill9MidChurnConverges(t *testing.T) {
 	ports := map[string]int32{"http": 80}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	round := make([]int, len(names))
+	applied := make([]int, len(names)) // per Service, the last churn step the API server took
 	for i, name := range names {
 		wg.Add(1)
 		go func() {
@@ -326,7 +326,7 @@ func TestKill9MidChurnConverges(t *testing.T) {
 				default:
 				}
 				if err := fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, name, name+"-churn", discoveryv1.AddressTypeIPv4, ports, fixture.IPs(110+i, r%7, 1+r%3))); err == nil {
-					round[i] = r
+					applied[i] = r
 				}
 				time.Sleep(30 * time.Millisecond) // pacing of the load, not synchronisation
 			}
@@ -341,7 +341,7 @@ func TestKill9MidChurnConverges(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	for i, name := range names {
-		exp := append(fixture.IPs(100+i, 0, 2), fixture.IPs(110+i, round[i]%7, 1+round[i]%3)...)
+		exp := append(fixture.IPs(100+i, 0, 2), fixture.IPs(110+i, applied[i]%7, 1+applied[i]%3)...)
 		var ks []string
 		for _, ep := range exp {
 			ks = append(ks, ep.IP+":80=passing")

@@ -71,7 +71,7 @@ func TestWindowFoldsABurst(t *testing.T) {
 
 // TestIsolatedChangeLatency measures the time from an EndpointSlice write
 // returning to the change being visible in a Consul blocking query, after a
-// quiet period, with W=1s. The figures are logged (see docs/benchmarks.md);
+// quiet period, with W=1s. The figures are logged (make bench measures them: docs/performance.md);
 // the only assertion is that each change arrives.
 func TestIsolatedChangeLatency(t *testing.T) {
 	e := newEnv(t)

@@ -64,7 +64,7 @@ type world struct {
 	clusters []*cluster
 	chk      *checker
 
-	rr           atomic.Int64 // round robin over Consul servers for the checker's reads
+	rr           atomic.Int64 // the next Consul server for the checker's reads, in turn
 	plantedNodes map[string]bool
 	snapMu       sync.Mutex
 	snaps        []snapshot
