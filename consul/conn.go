@@ -30,6 +30,7 @@ type ConnConfig struct {
 	Token         string
 	TokenFile     string
 	CAFile        string
+	CAPem         []byte // the CA bundle itself, when CAFile is empty
 	CertFile      string
 	KeyFile       string
 	TLSServerName string
@@ -64,6 +65,8 @@ func (cc ConnConfig) apiConfig() *api.Config {
 	}
 	if cc.CAFile != "" {
 		c.TLSConfig.CAFile = cc.CAFile
+	} else if len(cc.CAPem) > 0 {
+		c.TLSConfig.CAPem = cc.CAPem
 	}
 	if cc.CertFile != "" {
 		c.TLSConfig.CertFile = cc.CertFile

@@ -54,7 +54,11 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 			Datacenter: cfg.LoginDatacenter, Partition: cc.scope.Partition,
 		}
 	}
-	conn, err := consul.Dial(ctx, consulConnConfig(cfg), opts)
+	connCfg, err := connConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := consul.Dial(ctx, connCfg, opts)
 	if err != nil {
 		return nil, err
 	}

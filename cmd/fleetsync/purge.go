@@ -43,7 +43,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
-	conn, err := consul.Open(consulConnConfig(cfg))
+	conn, err := openConsul(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync purge:", err)
 		return 1

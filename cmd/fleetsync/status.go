@@ -106,7 +106,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
-	conn, err := consul.Open(consulConnConfig(cfg))
+	conn, err := openConsul(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync status:", err)
 		return 1
