@@ -1,0 +1,173 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Wait is the blocking queries' wait (default 5m; Consul caps it at 10m).
+	Wait time.Duration
+	// MaxStale bounds the staleness of an answer (default 5s; negative:
+	// always ask the leader).
+	MaxStale time.Duration
+	// Datacenter, Namespace and Partition of the reads ("": the
+	// connection's own).
+	Datacenter, Namespace, Partition string
+}
+
+// Client sends the blocking queries. It is safe for concurrent use.
+type Client struct {
+	api  *api.Client
+	opts Options
+}
+
+// New returns a Client of c (the daemon's connection: its token, TLS and
+// failover are used as they are).
+func New(c *api.Client, opts Options) *Client {
+	if opts.Wait <= 0 {
+		opts.Wait = 5 * time.Minute
+	}
+	if opts.MaxStale == 0 {
+		opts.MaxStale = 5 * time.Second
+	}
+	return &Client{api: c, opts: opts}
+}
+
+// Node is the node of an entry.
+type Node struct {
+	Name            string
+	Address         string
+	Meta            map[string]string
+	TaggedAddresses map[string]string
+}
+
+// Entry is one service instance with its node and the aggregate state of
+// its checks.
+type Entry struct {
+	Node    Node
+	ID      string
+	Service string
+	Kind    string // "" for a typical service; connect-proxy, mesh-gateway, ...
+	Address string // "" when the instance uses its node's
+	Port    int
+	Tags    []string
+	Meta    map[string]string
+	// TaggedAddresses are the service's tagged addresses (lan_ipv4,
+	// wan, ...), address only.
+	TaggedAddresses map[string]string
+	Status          string // StatusPassing, StatusWarning, StatusCritical or StatusMaintenance
+}
+
+// Aggregate states of an instance's checks.
+const (
+	StatusPassing     = "passing"
+	StatusWarning     = "warning"
+	StatusCritical    = "critical"
+	StatusMaintenance = "maintenance"
+)
+
+func (c *Client) query(ctx context.Context, index uint64, stale bool) *api.QueryOptions {
+	q := &api.QueryOptions{WaitIndex: index, WaitTime: c.opts.Wait, AllowStale: stale,
+		Datacenter: c.opts.Datacenter, Namespace: c.opts.Namespace, Partition: c.opts.Partition}
+	return q.WithContext(ctx)
+}
+
+// tooStale reports whether an answer must be asked again of the leader.
+func (c *Client) tooStale(m *api.QueryMeta) bool {
+	return m != nil && c.opts.MaxStale > 0 && m.LastContact > c.opts.MaxStale
+}
+
+// Services returns every service name in the catalog and its tags, once the
+// catalog's index differs from index (at once for 0), or Wait passed.
+func (c *Client) Services(ctx context.Context, index uint64) (map[string][]string, uint64, error) {
+	stale := c.opts.MaxStale > 0
+	for {
+		m, meta, err := c.api.Catalog().Services(c.query(ctx, index, stale))
+		if err != nil {
+			return nil, 0, fmt.Errorf("consul catalog services: %w", err)
+		}
+		if stale && c.tooStale(meta) {
+			stale = false
+			continue
+		}
+		if m == nil {
+			m = map[string][]string{}
+		}
+		return m, meta.LastIndex, nil
+	}
+}
+
+// Health returns the instances of service name with their nodes and
+// checks, once the service's index differs from index (at once for 0), or
+// Wait passed. Entries are sorted by node and ID.
+func (c *Client) Health(ctx context.Context, name string, index uint64) ([]Entry, uint64, error) {
+	stale := c.opts.MaxStale > 0
+	for {
+		raw, meta, err := c.api.Health().Service(name, "", false, c.query(ctx, index, stale))
+		if err != nil {
+			return nil, 0, fmt.Errorf("consul health of service %q: %w", name, err)
+		}
+		if stale && c.tooStale(meta) {
+			stale = false
+			continue
+		}
+		out := make([]Entry, 0, len(raw))
+		for _, e := range raw {
+			if e == nil || e.Node == nil || e.Service == nil {
+				continue // Consul never sends these; a garbled answer must not crash us
+			}
+			out = append(out, entryOf(e))
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].Node.Name != out[j].Node.Name {
+				return out[i].Node.Name < out[j].Node.Name
+			}
+			return out[i].ID < out[j].ID
+		})
+		return out, meta.LastIndex, nil
+	}
+}
+
+func entryOf(e *api.ServiceEntry) Entry {
+	s := e.Service
+	tagged := map[string]string{}
+	for k, v := range s.TaggedAddresses {
+		tagged[k] = v.Address
+	}
+	return Entry{
+		Node: Node{Name: e.Node.Node, Address: e.Node.Address, Meta: e.Node.Meta, TaggedAddresses: e.Node.TaggedAddresses},
+		ID:   s.ID, Service: s.Service, Kind: string(s.Kind), Address: s.Address, Port: s.Port,
+		Tags: s.Tags, Meta: s.Meta, TaggedAddresses: tagged, Status: Aggregate(e.Checks),
+	}
+}
+
+// Aggregate is the state of an instance from its checks and its node's:
+// maintenance when the service or node is in maintenance mode, else the
+// worst status (critical, warning, passing); passing without checks.
+func Aggregate(checks api.HealthChecks) string {
+	worst := StatusPassing
+	for _, c := range checks {
+		if c == nil {
+			continue
+		}
+		if strings.HasPrefix(c.CheckID, "_service_maintenance:") || c.CheckID == "_node_maintenance" {
+			return StatusMaintenance
+		}
+		switch c.Status {
+		case api.HealthCritical:
+			worst = StatusCritical
+		case api.HealthWarning:
+			if worst == StatusPassing {
+				worst = StatusWarning
+			}
+		}
+	}
+	return worst
+}

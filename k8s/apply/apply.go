@@ -1,0 +1,224 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Owner decides whether an object is ours (k8smark.Mark).
+type Owner interface {
+	Owns(obj metav1.Object) error
+}
+
+// DefaultFieldManager is the field manager of fleetsync's writes.
+const DefaultFieldManager = "fleetsync-to-k8s"
+
+// Options configure a Writer.
+type Options struct {
+	// QPS and Burst are the client-side budget of writes (QPS <= 0:
+	// unlimited).
+	QPS   float64
+	Burst int
+	// FieldManager names fleetsync in managedFields (default
+	// DefaultFieldManager).
+	FieldManager string
+	// Observe, when set, is told every request sent: verb (create,
+	// update, apply, delete), kind (EndpointSlice, Service) and its error.
+	Observe func(verb, kind string, err error)
+}
+
+// ErrNotOurs is returned, wrapped, for an object the owner refuses.
+var ErrNotOurs = errors.New("not ours")
+
+// Writer writes marked objects. It is safe for concurrent use.
+type Writer struct {
+	client  kubernetes.Interface
+	owner   Owner
+	limiter *rate.Limiter
+	manager string
+	observe func(verb, kind string, err error)
+}
+
+// New returns a writer for owner; owner is required.
+func New(client kubernetes.Interface, owner Owner, opts Options) (*Writer, error) {
+	if client == nil || owner == nil {
+		return nil, errors.New("apply: a client and an owner are required")
+	}
+	lim := rate.NewLimiter(rate.Inf, 1)
+	if opts.QPS > 0 {
+		lim = rate.NewLimiter(rate.Limit(opts.QPS), max(opts.Burst, 1))
+	}
+	if opts.FieldManager == "" {
+		opts.FieldManager = DefaultFieldManager
+	}
+	if opts.Observe == nil {
+		opts.Observe = func(string, string, error) {}
+	}
+	return &Writer{client: client, owner: owner, limiter: lim, manager: opts.FieldManager, observe: opts.Observe}, nil
+}
+
+func (w *Writer) owns(verb string, objs ...metav1.Object) error {
+	for _, o := range objs {
+		if err := w.owner.Owns(o); err != nil {
+			return fmt.Errorf("refusing to %s %s/%s: %w: %w", verb, o.GetNamespace(), o.GetName(), ErrNotOurs, err)
+		}
+	}
+	return nil
+}
+
+// send waits for the budget, then runs one request and reports it.
+func (w *Writer) send(ctx context.Context, verb, kind string, f func() error) error {
+	if err := w.limiter.Wait(ctx); err != nil {
+		return fmt.Errorf("%s %s: write budget: %w", verb, kind, err)
+	}
+	err := f()
+	w.observe(verb, kind, err)
+	return err
+}
+
+// CreateSlice creates s, which must carry the mark.
+func (w *Writer) CreateSlice(ctx context.Context, s *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+	if err := w.owns("create", s); err != nil {
+		return nil, err
+	}
+	s = s.DeepCopy()
+	s.ResourceVersion, s.UID = "", ""
+	var out *discoveryv1.EndpointSlice
+	err := w.send(ctx, "create", "EndpointSlice", func() (err error) {
+		out, err = w.client.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, s, metav1.CreateOptions{FieldManager: w.manager})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return out, nil
+}
+
+// UpdateSlice replaces old, as read with the mark, by s (marked too) on
+// the condition that old's resourceVersion is still the stored one.
+func (w *Writer) UpdateSlice(ctx context.Context, old, s *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+	if err := w.owns("update", old, s); err != nil {
+		return nil, err
+	}
+	if old.ResourceVersion == "" || old.Namespace != s.Namespace || old.Name != s.Name {
+		return nil, fmt.Errorf("update endpointslice %s/%s: the object read has no resourceVersion or another name", s.Namespace, s.Name)
+	}
+	s = s.DeepCopy()
+	s.ResourceVersion, s.UID = old.ResourceVersion, old.UID
+	var out *discoveryv1.EndpointSlice
+	err := w.send(ctx, "update", "EndpointSlice", func() (err error) {
+		out, err = w.client.DiscoveryV1().EndpointSlices(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: w.manager})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return out, nil
+}
+
+// DeleteSlice deletes old, as read with the mark, on the condition that
+// its UID and resourceVersion are still the stored ones.
+func (w *Writer) DeleteSlice(ctx context.Context, old *discoveryv1.EndpointSlice) error {
+	if err := w.owns("delete", old); err != nil {
+		return err
+	}
+	err := w.send(ctx, "delete", "EndpointSlice", func() error {
+		return w.client.DiscoveryV1().EndpointSlices(old.Namespace).Delete(ctx, old.Name, preconditions(old))
+	})
+	if err != nil {
+		return fmt.Errorf("delete endpointslice %s/%s: %w", old.Namespace, old.Name, err)
+	}
+	return nil
+}
+
+func preconditions(old metav1.Object) metav1.DeleteOptions {
+	uid, rv := old.GetUID(), old.GetResourceVersion()
+	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}
+}
+
+// CreateService creates svc, which must carry the mark. A Service of that
+// name that exists is left alone (AlreadyExists).
+func (w *Writer) CreateService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	if err := w.owns("create", svc); err != nil {
+		return nil, err
+	}
+	svc = svc.DeepCopy()
+	svc.ResourceVersion, svc.UID = "", ""
+	var out *corev1.Service
+	err := w.send(ctx, "create", "Service", func() (err error) {
+		out, err = w.client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{FieldManager: w.manager})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return out, nil
+}
+
+// ApplyService server-side applies svc's labels, annotations, type and
+// ports to old, as read with the mark, under the field manager, on the
+// condition that old's resourceVersion is still the stored one: labels,
+// annotations and fields others set are kept.
+func (w *Writer) ApplyService(ctx context.Context, old, svc *corev1.Service) (*corev1.Service, error) {
+	if err := w.owns("apply", old, svc); err != nil {
+		return nil, err
+	}
+	if old.ResourceVersion == "" || old.Namespace != svc.Namespace || old.Name != svc.Name {
+		return nil, fmt.Errorf("apply service %s/%s: the object read has no resourceVersion or another name", svc.Namespace, svc.Name)
+	}
+	ac := serviceApply(svc).WithResourceVersion(old.ResourceVersion)
+	var out *corev1.Service
+	err := w.send(ctx, "apply", "Service", func() (err error) {
+		out, err = w.client.CoreV1().Services(svc.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: w.manager, Force: true})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return out, nil
+}
+
+// serviceApply is the part of svc fleetsync manages, as an apply
+// configuration.
+func serviceApply(svc *corev1.Service) *corev1ac.ServiceApplyConfiguration {
+	spec := corev1ac.ServiceSpec().WithType(svc.Spec.Type)
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		spec.WithClusterIP(corev1.ClusterIPNone)
+	}
+	if svc.Spec.ExternalName != "" {
+		spec.WithExternalName(svc.Spec.ExternalName)
+	}
+	for _, p := range svc.Spec.Ports {
+		spec.WithPorts(corev1ac.ServicePort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(p.Port).WithTargetPort(p.TargetPort))
+	}
+	ac := corev1ac.Service(svc.Name, svc.Namespace).WithLabels(svc.Labels).WithAnnotations(svc.Annotations).WithSpec(spec)
+	for _, r := range svc.OwnerReferences {
+		ac.WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(r.APIVersion).WithKind(r.Kind).WithName(r.Name).WithUID(types.UID(r.UID)))
+	}
+	return ac
+}
+
+// DeleteService deletes old, as read with the mark, on the condition that
+// its UID and resourceVersion are still the stored ones.
+func (w *Writer) DeleteService(ctx context.Context, old *corev1.Service) error {
+	if err := w.owns("delete", old); err != nil {
+		return err
+	}
+	err := w.send(ctx, "delete", "Service", func() error {
+		return w.client.CoreV1().Services(old.Namespace).Delete(ctx, old.Name, preconditions(old))
+	})
+	if err != nil {
+		return fmt.Errorf("delete service %s/%s: %w", old.Namespace, old.Name, err)
+	}
+	return nil
+}
