@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -63,7 +64,7 @@ type Options struct {
 	// by default. Default 32.
 	MaxReads int
 	// Budget limits the write rate and concurrency; nil: unlimited.
-	Budget *Budget
+	Budget *budget.Budget
 	// Observe, when set, is called after every transaction with its op count,
 	// duration in seconds and error (nil on success).
 	Observe func(ops int, seconds float64, err error)
@@ -276,9 +277,9 @@ func isCheckOf(checkID, serviceID string) bool {
 	return len(checkID) == len(checkIDPrefix)+len(serviceID) && checkID[:len(checkIDPrefix)] == checkIDPrefix && checkID[len(checkIDPrefix):] == serviceID
 }
 
-// Acquire waits for the write budget of one transaction (see Budget). The
+// Acquire waits for the write budget of one transaction (see budget.Budget). The
 // caller passes the permit in Change.Permit, or releases it.
-func (c *Client) Acquire(ctx context.Context, high bool) (Permit, error) {
+func (c *Client) Acquire(ctx context.Context, high bool) (budget.Permit, error) {
 	p, err := c.opts.Budget.Acquire(ctx, high)
 	if err == nil && c.opts.ObserveWait != nil && c.opts.Budget != nil {
 		c.opts.ObserveWait(p.Waited, high)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/consul/consultest"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 	"github.com/fleetsync/fleetsync/test/stack"
@@ -201,7 +202,7 @@ func TestHungRequestCostsTheDeadlineAndFreesItsSlot(t *testing.T) {
 		<-r.Context().Done()
 		return r.Context().Err()
 	})
-	c := NewClient(twin.Client(), owner, Options{RequestTimeout: 50 * time.Millisecond, Budget: NewBudget(0, 1, 1)})
+	c := NewClient(twin.Client(), owner, Options{RequestTimeout: 50 * time.Millisecond, Budget: budget.New(0, 1, 1)})
 	errs := make(chan error, 2)
 	for i := range 2 {
 		go func() {

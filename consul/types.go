@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -80,11 +81,11 @@ type Change struct {
 	Register   []Instance   // absent from Consul: created with CAS index 0
 	Update     []Update     // present but different: CAS on the read indexes
 	Deregister []Registered // present but not desired: delete-CAS
-	// High asks the write budget for priority (see Budget).
+	// High asks the write budget for priority (see budget.Budget).
 	High bool
 	// Permit, when the caller already acquired one (Client.Acquire), pays
 	// for the first transaction; Apply acquires the rest and releases all.
-	Permit Permit
+	Permit budget.Permit
 	// NodeFor names the node each registered instance goes on (nil: the
 	// owner's NodeNameFor); a node that is not the owner's is refused.
 	NodeFor func(instanceID string) string

@@ -70,7 +70,7 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	}
 	var done Applied
 	for first := true; len(groups) > 0; first = false {
-		if !first || permit.b == nil {
+		if !first || permit.Zero() {
 			permit.Release()
 			if permit, err = c.Acquire(ctx, ch.High); err != nil {
 				return done, err

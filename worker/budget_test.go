@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/k8s"
 )
 
@@ -17,13 +18,13 @@ type budgetStore struct {
 	grant chan struct{} // one permit per receive
 }
 
-func (b *budgetStore) Acquire(ctx context.Context, high bool) (consul.Permit, error) {
+func (b *budgetStore) Acquire(ctx context.Context, high bool) (budget.Permit, error) {
 	b.asked <- high
 	select {
 	case <-b.grant:
-		return consul.Permit{}, nil
+		return budget.Permit{}, nil
 	case <-ctx.Done():
-		return consul.Permit{}, ctx.Err()
+		return budget.Permit{}, ctx.Err()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/k8s"
 )
 
@@ -38,7 +39,7 @@ type Store interface {
 	CatalogMarks(ctx context.Context, after time.Time) (consul.CatalogMarks, error)
 	// Acquire waits for the write budget of one transaction (high:
 	// priority); the permit goes out in Change.Permit or is released.
-	Acquire(ctx context.Context, high bool) (consul.Permit, error)
+	Acquire(ctx context.Context, high bool) (budget.Permit, error)
 	// Apply writes a change as conditional transactions (see package
 	// consul).
 	Apply(ctx context.Context, ch consul.Change) (consul.Applied, error)
@@ -135,7 +136,7 @@ type Worker struct {
 	blockedNow  int                          // desired instances the last sync left out for them
 	lastWrite   time.Time                    // when the last Apply returned
 	resyncDue   bool                         // the next flush is an anti-entropy pass
-	early       *consul.Permit               // the budget waited for before the flush (waitBudgetFirst)
+	early       *budget.Permit               // the budget waited for before the flush (waitBudgetFirst)
 	lookedEmpty bool                         // the last flush found nothing to write
 	resyncTimed bool                         // ... and only the period's (see unchangedSince)
 	// verified holds the indexes of the last read by name, if nothing

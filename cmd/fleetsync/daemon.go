@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
@@ -67,7 +68,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	var sup *supervisor.Supervisor
 	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() }, mem.GCPercent)
 	store := conn.NewClient(cluster, consul.Options{
-		Budget: consul.NewBudget(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
+		Budget: budget.New(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
 		Observe: func(ops int, seconds float64, err error) {
 			release.active()
 			metrics.ObserveTxn(ops, seconds, err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
@@ -167,7 +168,7 @@ func (b *bench) inprocess() error {
 	if err != nil {
 		return err
 	}
-	budget := consul.NewBudget(0, 10, 8)
+	budget := budget.New(0, 10, 8)
 	log := hclog.New(&hclog.LoggerOptions{Name: "fleetsync-inprocess", Level: hclog.Warn, Output: os.Stderr})
 	sups := make([]*supervisor.Supervisor, shards)
 	for i := range sups {

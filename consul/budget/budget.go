@@ -1,4 +1,4 @@
-package consul
+package budget
 
 import (
 	"context"
@@ -28,9 +28,9 @@ type Budget struct {
 	clear       chan struct{} // closed when highWaiting drops to 0
 }
 
-// NewBudget returns a budget; perSecond <= 0 means no rate limit and
+// New returns a budget; perSecond <= 0 means no rate limit and
 // inflight <= 0 no concurrency limit (nil if neither is set).
-func NewBudget(perSecond float64, burst, inflight int) *Budget {
+func New(perSecond float64, burst, inflight int) *Budget {
 	if perSecond <= 0 && inflight <= 0 {
 		return nil
 	}
@@ -54,6 +54,10 @@ type Permit struct {
 	b      *Budget
 	Waited time.Duration // time spent waiting for it
 }
+
+// Zero reports whether p is the zero Permit: no share of a budget (none
+// was acquired, or the budget is nil).
+func (p Permit) Zero() bool { return p.b == nil }
 
 // Release returns the inflight slot.
 func (p Permit) Release() {

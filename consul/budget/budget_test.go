@@ -1,4 +1,4 @@
-package consul
+package budget
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 )
 
 func TestNilBudgetAllowsEverything(t *testing.T) {
-	if b := NewBudget(0, 0, 0); b != nil {
-		t.Fatalf("NewBudget(0,0,0) = %v, want nil", b)
+	if b := New(0, 0, 0); b != nil {
+		t.Fatalf("New(0,0,0) = %v, want nil", b)
 	}
 	var b *Budget
 	p, err := b.Acquire(context.Background(), false)
@@ -21,7 +21,7 @@ func TestNilBudgetAllowsEverything(t *testing.T) {
 // TestHighPriorityGoesFirst: with one inflight slot held, a bulk caller that
 // queued first still waits until a later high-priority caller is served.
 func TestHighPriorityGoesFirst(t *testing.T) {
-	b := NewBudget(0, 0, 1)
+	b := New(0, 0, 1)
 	ctx := t.Context()
 	held, err := b.Acquire(ctx, false)
 	if err != nil {
@@ -58,7 +58,7 @@ func TestHighPriorityGoesFirst(t *testing.T) {
 }
 
 func TestAcquireHonoursContext(t *testing.T) {
-	b := NewBudget(0, 0, 1)
+	b := New(0, 0, 1)
 	held, _ := b.Acquire(context.Background(), true)
 	defer held.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
