@@ -12,10 +12,10 @@
 // consul package, as stamped values (package ownership). Work is level-based:
 // Notify means "look again", never "apply this delta". worker.go holds the
 // event loop (Notify, Retry, Adopt, Run), flush.go one flush (desired state,
-// diff, write budget, Apply), schedule.go when to flush.
+// diff, write budget, Apply), package worker/window when to flush.
 //
 // Window rules (W is --window or the fleetsync.io/window annotation; the
-// pure scheduler in schedule.go applies them, table-tested):
+// pure scheduler of package worker/window applies them, table-tested):
 //
 //   - Leading edge: a change that arrives when the last flush completed at
 //     least W ago is flushed at once. (A flush here is a write, or a failed

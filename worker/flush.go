@@ -31,7 +31,7 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	events := w.events.Load()
 	coalesced := events - w.eventsFlushed
 	w.eventsFlushed = events
-	s.dirty = false
+	s.Dirty = false
 	w.mu.Lock()
 	before := w.status.State
 	w.mu.Unlock()
@@ -48,15 +48,15 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	if err != nil || res.applied.Txns > 0 {
 		// Only a write (or a failed attempt) opens a window: a look that
 		// found nothing to do leaves the next change free to go at once.
-		s.flushed(now, err)
+		s.Flushed(now, err)
 	} else {
-		s.failures = 0
+		s.Failures = 0
 	}
 	if res.window != nil {
-		s.window = *res.window
+		s.Window = *res.window
 	}
 	if err != nil {
-		s.dirty = true
+		s.Dirty = true
 		if since != 0 {
 			w.pendingSince.CompareAndSwap(0, since)
 		}
@@ -123,7 +123,7 @@ func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syn
 		}
 		w.resyncDue, w.resyncTimed = false, false
 		switch {
-		case unchanged && !notified && s.failures == 0 && w.blockedNow == 0:
+		case unchanged && !notified && s.Failures == 0 && w.blockedNow == 0:
 			res.skipped = true
 			return res, nil // Consul holds what the last look left: nothing to do
 		case unchanged:

@@ -140,9 +140,9 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	w.status.Ops.Register += uint64(res.applied.Registered)
 	w.status.Ops.Update += uint64(res.applied.Updated)
 	w.status.Ops.Deregister += uint64(res.applied.Deregistered)
-	w.status.Window = s.window
+	w.status.Window = s.Window
 	w.status.Registered = len(w.owned)
-	w.status.Failures = s.failures
+	w.status.Failures = s.Failures
 	if !res.invalid && !res.skipped {
 		w.status.Desired = res.desired
 		w.status.Blocked = res.blocked
@@ -174,9 +174,9 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 		if errors.As(err, &pe) {
 			w.log.Error("Worker panicked during flush", "panic", pe.Value, "stack", pe.Stack)
 		} else {
-			w.log.Warn("Flush failed; will retry", "failures", s.failures, "error", err)
+			w.log.Warn("Flush failed; will retry", "failures", s.Failures, "error", err)
 		}
-		if s.failures == failuresBeforeEvent {
+		if s.Failures == failuresBeforeEvent {
 			w.reportFailure(err)
 		}
 	case wrote:
@@ -185,7 +185,7 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	}
 	w.opts.Observer.Flushed(Flush{
 		Coalesced: coalesced, Applied: res.applied, Err: err, Latency: latency, Desired: desired,
-		Registered: registered, Window: s.window, Wrote: wrote, Resync: res.resync,
+		Registered: registered, Window: s.Window, Wrote: wrote, Resync: res.resync,
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/worker/window"
 )
 
 // Store is the part of the consul client a worker uses.
@@ -272,7 +273,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.waitGate(ctx); err != nil {
 		return nil
 	}
-	s := scheduler{window: w.opts.Config.DefaultWindow, dirty: true, minBackoff: w.opts.MinBackoff, maxBackoff: w.opts.MaxBackoff}
+	s := scheduler{Schedule: window.Schedule{Window: w.opts.Config.DefaultWindow, Dirty: true, MinBackoff: w.opts.MinBackoff, MaxBackoff: w.opts.MaxBackoff}}
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {
@@ -295,14 +296,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	for {
 		var timerC <-chan time.Time
-		if s.dirty {
-			wait := s.wait(w.clock.Now())
+		if s.Dirty {
+			wait := s.Wait(w.clock.Now())
 			if wait <= 0 {
 				if timer != nil {
 					timer.Stop()
 					timer = nil
 				}
-				s.isolated = !waited && s.failures == 0
+				s.isolated = !waited && s.Failures == 0
 				waited = false
 				if err := w.waitBudgetFirst(ctx, &s); err != nil && ctx.Err() != nil {
 					w.drain(ctx, &s)
@@ -340,7 +341,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.drain(ctx, &s)
 			return nil
 		case <-w.trigger:
-			s.dirty = true
+			s.Dirty = true
 		case <-timerC:
 			timer = nil
 			waited = true
@@ -349,10 +350,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			if !w.resyncDue {
 				w.resyncTimed = true
 			}
-			w.resyncDue, s.dirty = true, true
+			w.resyncDue, s.Dirty = true, true
 		case <-w.resync:
 			w.forceResync()
-			s.dirty = true
+			s.Dirty = true
 		case a := <-w.adoptC:
 			if w.lastWrite.After(a.at) {
 				w.ownedKnown = false // wrote meanwhile: the read may miss it
@@ -364,10 +365,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.log.Trace("Adopted the fleet's read", "owned", len(w.owned))
 			}
 			w.resyncDue, w.resyncTimed = false, false // this is the pass, every name included
-			s.dirty = true
+			s.Dirty = true
 		case <-w.retry:
-			if s.failures > 0 && s.dirty {
-				s.retryAt = w.clock.Now()
+			if s.Failures > 0 && s.Dirty {
+				s.RetryAt = w.clock.Now()
 				if timer != nil {
 					timer.Stop()
 					timer = nil
@@ -377,7 +378,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// Read the entries again: if the foreign entry is gone, the
 			// blocked instance is registered by this flush.
 			blockedT = nil
-			w.ownedKnown, s.dirty = false, true
+			w.ownedKnown, s.Dirty = false, true
 		}
 	}
 }
@@ -409,10 +410,10 @@ func (w *Worker) drain(ctx context.Context, s *scheduler) {
 	}
 	select {
 	case <-w.trigger:
-		s.dirty = true
+		s.Dirty = true
 	default:
 	}
-	if !s.dirty || w.opts.DrainTimeout <= 0 {
+	if !s.Dirty || w.opts.DrainTimeout <= 0 {
 		return
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.DrainTimeout)
