@@ -11,8 +11,11 @@
 // Consul (Diff, a pure function) and writes only the difference, through the
 // consul package, as stamped values (package ownership). Work is level-based:
 // Notify means "look again", never "apply this delta". worker.go holds the
-// event loop (Notify, Retry, Adopt, Run), flush.go one flush (desired state,
-// diff, write budget, Apply), package worker/window when to flush.
+// event loop (Notify, Retry, Adopt, Run); flush.go one flush as steps: the
+// owned state (owned.go), a look (look.go: desired state and diff), the
+// write budget (budget.go), the write; resync.go the anti-entropy pass;
+// package worker/window when to flush. desired.go reads a Service's annotations and
+// instances.go builds the instances of each Service type.
 //
 // Window rules (W is --window or the fleetsync.io/window annotation; the
 // pure scheduler of package worker/window applies them, table-tested):

@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
@@ -60,4 +63,57 @@ func HoldOwned(cluster ownership.Cluster, entries []consul.Registered) (byKey ma
 		}
 	}
 	return byKey, skipped
+}
+
+func (w *Worker) readOwned(ctx context.Context) error {
+	c := w.opts.Config.Cluster
+	var entries []consul.Registered
+	var err error
+	deep(func() { entries, err = w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name)) })
+	if err != nil {
+		return fmt.Errorf("read owned state: %w", err)
+	}
+	w.verified = nil // a read by node: no name's index
+	w.owned = OwnedOf(c, w.opts.Key, entries)
+	w.foreign = ForeignOf(c, w.opts.Key, entries)
+	w.ownedKnown = true
+	w.log.Trace("Read the owned state by ID prefix", "owned", len(w.owned), "foreign", len(w.foreign))
+	return nil
+}
+
+// lossEvidence compares the entries a worker held with a fresh read: an
+// entry now older than written, or gone, was lost by Consul (or deleted by
+// someone: either way every worker should look). "" when there is none.
+func lossEvidence(held, now map[string]Held, foreign map[string]consul.Registered) string {
+	older, gone := 0, 0
+	example := ""
+	for id, h := range held {
+		if _, taken := foreign[id]; taken {
+			continue // re-registered by someone else: not a loss
+		}
+		n, ok := now[id]
+		switch {
+		case !ok:
+			gone++
+			if example == "" {
+				example = fmt.Sprintf("%s (written at index %d) is gone", id, h.ServiceIndex)
+			}
+		case n.ServiceIndex < h.ServiceIndex:
+			older++
+			example = fmt.Sprintf("%s was written at index %d and is at index %d", id, h.ServiceIndex, n.ServiceIndex)
+		}
+	}
+	if older == 0 && gone == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d entries older than written, %d gone; e.g. %s", older, len(held), gone, example)
+}
+
+func (w *Worker) merge(a consul.Applied) {
+	for _, id := range a.Deleted {
+		delete(w.owned, id)
+	}
+	for _, r := range a.Written {
+		w.owned[r.ID] = Hold(r)
+	}
 }
