@@ -512,7 +512,7 @@ func (s *Supervisor) dataLost(ctx context.Context, nw NodeWatcher, d *lossDetect
 	n := s.repairAll(ctx)
 	details := make([]string, 0, len(found))
 	for _, f := range found {
-		s.opts.Hooks.ConsulDataLost(f.signal)
+		s.opts.Hooks.Consul.ConsulDataLost(f.signal)
 		details = append(details, f.detail)
 	}
 	s.log.Warn("Consul lost or rolled back data; every worker re-reads its Service and repairs it now", "workers", n, "evidence", strings.Join(details, "; "))
@@ -554,7 +554,7 @@ func (s *Supervisor) repairAll(ctx context.Context) int {
 // foreignNodes reports look-alike nodes: logged once each, counted, and
 // kept as a readiness problem while they exist.
 func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]bool) {
-	s.opts.Hooks.ForeignNodes(len(nodes))
+	s.opts.Hooks.Consul.ForeignNodes(len(nodes))
 	now := map[string]bool{}
 	s.problemsMu.Lock()
 	for k := range s.problems {

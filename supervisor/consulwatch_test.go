@@ -241,7 +241,7 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	store := newWatchStore()
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = clk, time.Second, hooks
 		s.opts.Worker.Cluster, _ = s.opts.Worker.Cluster.WithNodes(4)
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
@@ -460,7 +460,7 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	store.kvReads = make(chan struct{}, 10)
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test.index-probe"
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul, s.opts.StateKey = clk, time.Second, hooks, "fleetsync/clusters/test.index-probe"
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	// A check, to its end (its next timer armed): the witness reads come
@@ -567,7 +567,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		entries: map[string]uint64{"a": 10, "b": 20, "c": 30, "d": 40}, retired: map[string]bool{}}
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = clk, time.Second, hooks
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
@@ -810,7 +810,7 @@ func TestWitnessBackFromBeforeOurDeleteIsLoss(t *testing.T) {
 	store := &witnessStore{watchStore: newWatchStore(), ws: ws, entries: map[string]uint64{"a": 40}, retired: map[string]bool{}}
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = clk, time.Second, hooks
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
@@ -875,7 +875,7 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}, calls: make(chan struct{}, 1)}
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = clk, time.Second, hooks
 	})
 	f.waitFor(t, "1 instance", func() bool { return f.store.count("") == 1 })
 	check := func() { t.Helper(); stepToNextCheck(t, f, clk, store.nodeReads) }
@@ -995,7 +995,7 @@ func TestQuietCatalogCostsTheCheckNoRead(t *testing.T) {
 	store.marks = true
 	hooks := &lossHooks{}
 	f := startWith(t, w, store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = clk, time.Second, hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = clk, time.Second, hooks
 	})
 	f.waitFor(t, "3 instances", func() bool { return f.store.count("") == 3 })
 	awaitNodeRead(t, store.nodeReads) // the first check, at bootstrap: marks not known yet
@@ -1082,7 +1082,7 @@ func newQuietChecks(t *testing.T) *quietChecks {
 	q := &quietChecks{t: t, w: syncedFleet(3), clk: clocktesting.NewFakeClock(time.Now()), store: newWatchStore(), hooks: &lossHooks{}}
 	q.store.marks = true
 	q.f = startWith(t, q.w, q.store, func(s *Supervisor) {
-		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks = q.clk, time.Second, q.hooks
+		s.opts.Clock, s.opts.NodeCheckInterval, s.opts.Hooks.Consul = q.clk, time.Second, q.hooks
 	})
 	q.f.waitFor(t, "3 instances", func() bool { return q.f.store.count("") == 3 })
 	awaitNodeRead(t, q.store.nodeReads) // the first check, at bootstrap

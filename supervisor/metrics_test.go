@@ -115,7 +115,7 @@ func TestPerWorkerMetricsFollowTheWorker(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
 	}
-	if got := testutil.ToFloat64(f.sup.opts.Hooks.(hooks).m.flushErrors); got != 1 {
+	if got := testutil.ToFloat64(f.sup.opts.Hooks.Fleet.(hooks).m.flushErrors); got != 1 {
 		t.Errorf("fleet flush errors = %v, want 1", got)
 	}
 	w.set(key, nil)
@@ -225,8 +225,11 @@ func TestMetricsAreAnOption(t *testing.T) {
 	cluster, _ := ownership.New("test")
 	opts := Options{Worker: worker.Config{Cluster: cluster}, Watcher: newFakeWatcher(), Store: newMemStore(), Metrics: m}
 	sup := New(opts)
-	if _, ok := sup.opts.Hooks.(hooks); !ok || sup.opts.ObserverFor == nil || m.sup.Load() != sup {
-		t.Fatalf("New did not wire the metrics: hooks %T, observer %v", sup.opts.Hooks, sup.opts.ObserverFor != nil)
+	h := sup.opts.Hooks
+	for _, got := range []any{h.Fleet, h.Shards, h.Consul} {
+		if _, ok := got.(hooks); !ok || sup.opts.ObserverFor == nil || m.sup.Load() != sup {
+			t.Fatalf("New did not wire the metrics: hooks %T, observer %v", got, sup.opts.ObserverFor != nil)
+		}
 	}
 	mustPanic := func(what string, o Options) {
 		t.Helper()
@@ -239,7 +242,7 @@ func TestMetricsAreAnOption(t *testing.T) {
 	}
 	mustPanic("a second supervisor", opts)
 	withHooks := opts
-	withHooks.Metrics, withHooks.Hooks = NewMetrics(prometheus.NewRegistry(), PerWorker{}), nopHooks{}
+	withHooks.Metrics, withHooks.Hooks.Shards = NewMetrics(prometheus.NewRegistry(), PerWorker{}), nopHooks{}
 	mustPanic("Metrics and Hooks", withHooks)
 }
 

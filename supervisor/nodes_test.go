@@ -86,7 +86,7 @@ func TestAutoNodesSpreadAtBootstrap(t *testing.T) {
 			}
 			close(w.synced)
 			hooks := &nodeHooks{}
-			f := startWith(t, w, store, func(s *Supervisor) { s.opts.AutoNodes, s.opts.Hooks = true, hooks })
+			f := startWith(t, w, store, func(s *Supervisor) { s.opts.AutoNodes, s.opts.Hooks.Consul = true, hooks })
 			f.waitFor(t, "every Service registered and the stale one reaped", func() bool {
 				return f.store.count("") == tc.services
 			})

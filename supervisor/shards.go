@@ -49,7 +49,7 @@ func (s *Supervisor) GainShard(ctx context.Context, k int) {
 	s.shardMu.Lock()
 	s.held[k] = true
 	s.shardMu.Unlock()
-	s.opts.Hooks.ShardGained(k)
+	s.opts.Hooks.Shards.ShardGained(k)
 	s.log.Info("Shard gained", "shard", k)
 	if !s.bootstrapped.Load() {
 		return
@@ -97,11 +97,11 @@ func (s *Supervisor) LoseShard(k int) {
 		<-e.done
 	}
 	if had {
-		s.opts.Hooks.ShardLost(k)
+		s.opts.Hooks.Shards.ShardLost(k)
 		s.log.Info("Shard lost; its workers stopped", "shard", k, "workers", len(stopping))
 	}
 }
 
 // ReplicaIDConflict counts a renewal of this replica's Lease that another
 // process wrote (shard.Fleet).
-func (s *Supervisor) ReplicaIDConflict() { s.opts.Hooks.ReplicaIDConflict() }
+func (s *Supervisor) ReplicaIDConflict() { s.opts.Hooks.Shards.ReplicaIDConflict() }

@@ -70,13 +70,13 @@ type Options struct {
 	StateKey string
 	// Metrics, when set (NewMetrics), receive the fleet's and every
 	// worker's measurements; they are the Hooks and ObserverFor, so those
-	// must then be nil (New panics otherwise).
+	// must then be unset (New panics otherwise).
 	Metrics *Metrics
 	// ObserverFor returns the observer of one worker; nil: none (tests;
 	// the daemon sets Metrics).
 	ObserverFor func(key k8s.Key) worker.Observer
-	// Hooks receive fleet-wide measurements; nil: none (tests; the daemon
-	// sets Metrics).
+	// Hooks receive fleet-wide measurements, by subject; a nil one: none
+	// (tests; the daemon sets Metrics).
 	Hooks Hooks
 	// Shards splits Services between replicas (see GainShard); 1 (the
 	// default) means this process syncs every Service.
@@ -86,37 +86,6 @@ type Options struct {
 	// false keeps Worker.Cluster's.
 	AutoNodes bool
 }
-
-// Hooks receive fleet-wide measurements.
-type Hooks interface {
-	WorkerStarted(key k8s.Key)
-	WorkerStopped(key k8s.Key)
-	WorkerRestarted(key k8s.Key)
-	Bootstrapped(d, read time.Duration, owned, foreign int)
-	BootstrapReadFailed(err error)
-	InformersSynced()
-	ConsulDataLost(signal string)
-	ForeignNodes(n int)
-	ShardGained(shard int)
-	ShardLost(shard int)
-	ReplicaIDConflict()
-	ConsulNodes(n int)
-}
-
-type nopHooks struct{}
-
-func (nopHooks) WorkerStarted(k8s.Key)                               {}
-func (nopHooks) WorkerStopped(k8s.Key)                               {}
-func (nopHooks) WorkerRestarted(k8s.Key)                             {}
-func (nopHooks) Bootstrapped(time.Duration, time.Duration, int, int) {}
-func (nopHooks) BootstrapReadFailed(error)                           {}
-func (nopHooks) InformersSynced()                                    {}
-func (nopHooks) ConsulDataLost(string)                               {}
-func (nopHooks) ForeignNodes(int)                                    {}
-func (nopHooks) ShardGained(int)                                     {}
-func (nopHooks) ShardLost(int)                                       {}
-func (nopHooks) ReplicaIDConflict()                                  {}
-func (nopHooks) ConsulNodes(int)                                     {}
 
 // Supervisor runs one worker per synced Service. Create with New, run with
 // Run (once).
@@ -176,14 +145,13 @@ func New(opts Options) *Supervisor {
 		opts.Log = hclog.NewNullLogger()
 	}
 	if m := opts.Metrics; m != nil {
-		if opts.Hooks != nil || opts.ObserverFor != nil {
+		if opts.Hooks != (Hooks{}) || opts.ObserverFor != nil {
 			panic("supervisor: Options.Metrics with Hooks or ObserverFor set")
 		}
-		opts.Hooks, opts.ObserverFor = hooks{m}, m.observerFor
+		h := hooks{m}
+		opts.Hooks, opts.ObserverFor = Hooks{Fleet: h, Shards: h, Consul: h}, m.observerFor
 	}
-	if opts.Hooks == nil {
-		opts.Hooks = nopHooks{}
-	}
+	opts.Hooks = opts.Hooks.orNop()
 	if opts.Shards < 1 {
 		opts.Shards = 1
 	}
@@ -229,7 +197,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		<-readC
 		return nil // ctx done
 	}
-	s.opts.Hooks.InformersSynced()
+	s.opts.Hooks.Fleet.InformersSynced()
 	s.log.Info("Kubernetes informers synced", "services", len(s.opts.Watcher.Keys()), "duration", s.opts.Clock.Since(start))
 	read := <-readC
 	if read.err != nil {
@@ -241,7 +209,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	var d time.Duration
 	s.startFleet(ctx, owned, func(at time.Time) {
 		d = at.Sub(start)
-		s.opts.Hooks.Bootstrapped(d, read.took, n, foreign)
+		s.opts.Hooks.Fleet.Bootstrapped(d, read.took, n, foreign)
 	})
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", n,
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
@@ -301,7 +269,7 @@ func (s *Supervisor) readOwned(ctx context.Context) (ownedState, error) {
 		if ctx.Err() != nil {
 			return ownedState{}, ctx.Err()
 		}
-		s.opts.Hooks.BootstrapReadFailed(err)
+		s.opts.Hooks.Fleet.BootstrapReadFailed(err)
 		wait := retry.Next()
 		s.log.Warn("Cannot read owned state from Consul; retrying", "retry_in", wait, "error", err)
 		t := s.opts.Clock.NewTimer(wait)
@@ -388,7 +356,7 @@ func (s *Supervisor) setNodes(inUse int) {
 	}
 	s.layout.Store(&layout)
 	s.nodes.Store(int64(layout.Nodes()))
-	s.opts.Hooks.ConsulNodes(layout.Nodes())
+	s.opts.Hooks.Consul.ConsulNodes(layout.Nodes())
 }
 
 // workerLog is the logger the workers derive theirs from: one for all

@@ -68,7 +68,7 @@ func (s *Supervisor) startLocked(key k8s.Key, owned map[string]worker.Held, owne
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	e := &entry{w: s.newWorker(key, owned, ownedKnown), cancel: cancel, done: make(chan struct{})}
 	s.workers[key] = e
-	s.opts.Hooks.WorkerStarted(key)
+	s.opts.Hooks.Fleet.WorkerStarted(key)
 	s.wg.Add(1)
 	go s.runWorker(ctx, key, e)
 	return e.w
@@ -120,7 +120,7 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 			return
 		}
 		e.restarts++
-		s.opts.Hooks.WorkerRestarted(key)
+		s.opts.Hooks.Fleet.WorkerRestarted(key)
 		s.log.Error("Worker crashed; restarting", "namespace", key.Namespace, "service", key.Name,
 			"restarts", e.restarts, "error", err)
 		t := s.opts.Clock.NewTimer(restartBackoff.Delay(e.restarts))
@@ -150,7 +150,7 @@ func (s *Supervisor) stopped(key k8s.Key, e *entry) {
 		s.names.remove(key)
 	}
 	s.mu.Unlock()
-	s.opts.Hooks.WorkerStopped(key)
+	s.opts.Hooks.Fleet.WorkerStopped(key)
 }
 
 // finished removes a worker whose Service is gone; if the Service came back
@@ -168,7 +168,7 @@ func (s *Supervisor) finished(key k8s.Key, e *entry) {
 		delete(s.workers, key)
 		s.names.remove(key)
 	}
-	s.opts.Hooks.WorkerStopped(key)
+	s.opts.Hooks.Fleet.WorkerStopped(key)
 	s.log.Debug("Worker finished", "namespace", key.Namespace, "service", key.Name)
 	if s.ctx.Err() == nil && s.wants(key) {
 		s.startLocked(key, nil, false)
