@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetsync/fleetsync/k8s"
 )
 
 // Annotations read from a Service. The consul-k8s names are accepted as they
@@ -26,7 +28,8 @@ const (
 
 // Limits on annotation values (Consul's own limits where it has them).
 const (
-	maxNameLen      = 63
+	maxNameLen      = 63  // a DNS label: what Consul DNS can look up
+	maxConsulName   = 255 // what consul-k8s accepts in service-name
 	maxTags         = 128
 	maxTagLen       = 255
 	maxMetaPairs    = 64 // Consul's limit, the mark's pairs included
@@ -62,8 +65,9 @@ var (
 	metaKey  = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 )
 
-// ValidateServiceName reports why name cannot be a Consul service name
-// (fleetsync requires a DNS label so the name resolves in Consul DNS).
+// ValidateServiceName reports why name cannot be looked up in Consul DNS
+// (<name>.service.consul needs a DNS label): with --strict-annotations,
+// why it cannot be a Consul service name.
 func ValidateServiceName(name string) error {
 	switch {
 	case name == "":
@@ -74,6 +78,99 @@ func ValidateServiceName(name string) error {
 		return fmt.Errorf("must be a DNS label: letters, digits and '-', starting and ending with a letter or digit")
 	}
 	return nil
+}
+
+// ValidateConsulServiceName reports why Consul cannot store name as
+// consul-k8s would write it: 1-255 bytes of UTF-8 (Consul's JSON would
+// replace invalid bytes, and the name read back would never match).
+func ValidateConsulServiceName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("must not be empty")
+	case len(name) > maxConsulName:
+		return fmt.Errorf("is %d characters long, at most %d allowed", len(name), maxConsulName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("is not valid UTF-8")
+	}
+	return nil
+}
+
+// serviceName is the Consul name of svc: its service-name annotation, else
+// --service-prefix + metadata.name (+ -<namespace>). A name Consul can
+// store but Consul DNS cannot look up is synced with a warning (as
+// consul-k8s syncs it), or refused with cfg.StrictAnnotations.
+func serviceName(svc *k8s.Service, cfg Config) (name, warning string, err error) {
+	name = cfg.ServicePrefix + svc.Name
+	if cfg.AddNamespaceSuffix {
+		name += "-" + svc.Namespace
+	}
+	v, annotated := svc.Annotations[AnnotationName]
+	if annotated {
+		name = strings.TrimSpace(v)
+	}
+	nameErr := func(reason string) *AnnotationError {
+		if annotated {
+			return annotationError(svc.Key.String(), AnnotationName, v, reason)
+		}
+		return &AnnotationError{Service: svc.Key.String(), Annotation: "(none: name from --service-prefix and metadata.name)", Value: name, Reason: reason}
+	}
+	if err := ValidateConsulServiceName(name); err != nil {
+		return "", "", nameErr("Consul service name " + err.Error())
+	}
+	if err := ValidateServiceName(name); err != nil {
+		if cfg.StrictAnnotations {
+			return "", "", nameErr("Consul service name " + err.Error() + " (--strict-annotations)")
+		}
+		return name, nameErr(fmt.Sprintf("Consul service name %s for Consul DNS: synced, but %s.service.consul does not resolve (the HTTP API and catalog queries work)", err, name)).Error(), nil
+	}
+	return name, "", nil
+}
+
+// portChoice resolves the service-port annotation against the Service spec
+// to the name of the endpoint port (or a literal number). A port name the
+// Service does not have falls back to its first port with a warning (as
+// consul-k8s does), or is refused with cfg.StrictAnnotations.
+func portChoice(svc *k8s.Service, cfg Config) (pc PortChoice, warning string, err error) {
+	first := func() (PortChoice, error) {
+		if len(svc.Ports) == 0 {
+			return PortChoice{}, &AnnotationError{Service: svc.Key.String(), Annotation: "spec.ports", Value: "[]",
+				Reason: "the Service has no ports; set " + AnnotationPort + " to a port number"}
+		}
+		return PortChoice{Name: svc.Ports[0].Name}, nil
+	}
+	v, ok := svc.Annotations[AnnotationPort]
+	if !ok {
+		pc, err = first()
+		return pc, "", err
+	}
+	if pc, err = ParsePort(v); err != nil {
+		return pc, "", annotationError(svc.Key.String(), AnnotationPort, v, err.Error())
+	}
+	if pc.Name == "" || hasPortName(svc.Ports, pc.Name) {
+		return pc, "", nil
+	}
+	if cfg.StrictAnnotations || len(svc.Ports) == 0 {
+		return pc, "", annotationError(svc.Key.String(), AnnotationPort, v, fmt.Sprintf("no port named %q in spec.ports", pc.Name))
+	}
+	pc, _ = first()
+	return pc, annotationError(svc.Key.String(), AnnotationPort, v, fmt.Sprintf("no port named %q in spec.ports: using the first port, %s", v, portLabel(svc.Ports[0]))).Error(), nil
+}
+
+// portLabel names a spec.ports entry for a message: its name, else its port.
+func portLabel(p k8s.Port) string {
+	if p.Name != "" {
+		return fmt.Sprintf("%q", p.Name)
+	}
+	return fmt.Sprintf("port %d", p.Port)
+}
+
+func hasPortName(ports []k8s.Port, name string) bool {
+	for _, p := range ports {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseTags splits a consul-k8s service-tags value: comma-separated, `\,`
@@ -167,4 +264,12 @@ func ParseWindow(value string) (time.Duration, error) {
 		return 0, fmt.Errorf("must be between 0 and %s", maxWindow)
 	}
 	return d, nil
+}
+
+// appendNonEmpty appends msg to msgs unless it is empty.
+func appendNonEmpty(msgs []string, msg string) []string {
+	if msg == "" {
+		return msgs
+	}
+	return append(msgs, msg)
 }

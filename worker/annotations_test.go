@@ -356,8 +356,11 @@ func FuzzDesired(f *testing.F) {
 			}
 			return
 		}
-		if err := ValidateServiceName(spec.Name); err != nil {
+		if err := ValidateConsulServiceName(spec.Name); err != nil {
 			t.Fatalf("invalid name %q accepted: %v", spec.Name, err)
+		}
+		if ValidateServiceName(spec.Name) != nil && !slices.ContainsFunc(spec.Warnings, func(w string) bool { return strings.Contains(w, "does not resolve") }) {
+			t.Fatalf("name %q that Consul DNS cannot look up accepted without a warning: %q", spec.Name, spec.Warnings)
 		}
 		if spec.Window < 0 || spec.Window > maxWindow {
 			t.Fatalf("window %v", spec.Window)
@@ -382,4 +385,81 @@ func FuzzDesired(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestConsulK8sNames: what consul-k8s syncs is synced, with a warning
+// naming the Service and the annotation where Consul DNS cannot look the
+// name up; --strict-annotations refuses the same (TestDesiredErrors).
+func TestConsulK8sNames(t *testing.T) {
+	long := strings.Repeat("a", 255)
+	tests := []struct {
+		name     string
+		svc      *k8s.Service
+		cfg      func(*Config)
+		want     string
+		warnings []string // substrings, one per warning
+	}{
+		{name: "DNS label", svc: newSvc(nil, withAnn(AnnotationName, "web-api")), want: "web-api"},
+		{name: "dotted", svc: newSvc(nil, withAnn(AnnotationName, "web.api")), want: "web.api",
+			warnings: []string{`annotation consul.hashicorp.com/service-name="web.api": Consul service name must be a DNS label`}},
+		{name: "underscore, trimmed", svc: newSvc(nil, withAnn(AnnotationName, " web_api ")), want: "web_api",
+			warnings: []string{"web_api.service.consul does not resolve"}},
+		{name: "255 characters", svc: newSvc(nil, withAnn(AnnotationName, long)), want: long,
+			warnings: []string{"255 characters long, at most 63"}},
+		{name: "UTF-8", svc: newSvc(nil, withAnn(AnnotationName, "wéb")), want: "wéb", warnings: []string{"DNS label"}},
+		{name: "prefix and suffix over 63", svc: newSvc(nil), cfg: func(c *Config) { c.ServicePrefix = strings.Repeat("p", 60); c.AddNamespaceSuffix = true },
+			want: strings.Repeat("p", 60) + "web-shop", warnings: []string{"(none: name from --service-prefix and metadata.name)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			spec, err := Desired(newSvcWith(tt.svc, ready("10.0.0.1", "a")), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spec.Name != tt.want || len(spec.Instances) != 1 || spec.Instances[0].Name != tt.want {
+				t.Fatalf("name %q, instances %+v, want %q", spec.Name, spec.Instances, tt.want)
+			}
+			if len(spec.Warnings) != len(tt.warnings) {
+				t.Fatalf("warnings %q, want %d", spec.Warnings, len(tt.warnings))
+			}
+			for i, w := range tt.warnings {
+				if !strings.Contains(spec.Warnings[i], w) || !strings.Contains(spec.Warnings[i], "service shop/web") {
+					t.Errorf("warning %q, want one naming shop/web and containing %q", spec.Warnings[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestConsulK8sPortFallback: a service-port name the Service lacks falls
+// back to its first port, as consul-k8s does, with a warning.
+func TestConsulK8sPortFallback(t *testing.T) {
+	svc := newSvc([]k8s.Endpoint{ready("10.0.0.1", "a")}, withAnn(AnnotationPort, "grpc"))
+	spec, err := Desired(svc, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Instances) != 1 || spec.Instances[0].Port != 8080 {
+		t.Fatalf("instances %+v, want the first port's endpoint port 8080", spec.Instances)
+	}
+	want := `service shop/web: annotation consul.hashicorp.com/service-port="grpc": no port named "grpc" in spec.ports: using the first port, "http"`
+	if len(spec.Warnings) != 1 || spec.Warnings[0] != want {
+		t.Fatalf("warnings %q, want %q", spec.Warnings, want)
+	}
+	svc.Ports[0].Name = ""
+	svc.Endpoints[0].Ports = map[string]int32{"": 8081}
+	if spec, err = Desired(svc, testConfig(t)); err != nil || len(spec.Instances) != 1 || spec.Instances[0].Port != 8081 ||
+		len(spec.Warnings) != 1 || !strings.HasSuffix(spec.Warnings[0], "using the first port, port 80") {
+		t.Fatalf("unnamed first port: %+v, %v", spec, err)
+	}
+}
+
+// newSvcWith sets svc's endpoints.
+func newSvcWith(svc *k8s.Service, eps ...k8s.Endpoint) *k8s.Service {
+	svc.Endpoints = eps
+	return svc
 }

@@ -62,6 +62,9 @@ type Config struct {
 	EnableIngress             bool             // an Ingress "/" rule's host replaces the endpoints
 	IngressLoadBalancerIPs    bool             // with EnableIngress: the Ingress's LB IP instead of the host
 	ConsulK8sMeta             bool             // also write consul-k8s's external-k8s-* and port-<name> meta
+	// StrictAnnotations refuses a service name Consul DNS cannot look up
+	// and a service-port name the Service lacks, instead of warning.
+	StrictAnnotations bool
 }
 
 // Spec is the desired state of one Service in Consul.
@@ -100,11 +103,12 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 			return spec, annotationError(key, AnnotationSync, v, `must be "true" or "false"`)
 		}
 	}
-	name, err := serviceName(svc, cfg)
+	name, warning, err := serviceName(svc, cfg)
 	if err != nil {
 		return spec, err
 	}
 	spec.Name = name
+	spec.Warnings = appendNonEmpty(spec.Warnings, warning)
 	tags, dropped, err := userTags(svc, cfg, name)
 	if err != nil {
 		return spec, err
@@ -114,10 +118,11 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 	if err != nil {
 		return spec, err
 	}
-	port, err := portChoice(svc)
+	port, warning, err := portChoice(svc, cfg)
 	if err != nil {
 		return spec, err
 	}
+	spec.Warnings = appendNonEmpty(spec.Warnings, warning)
 	bd := &builder{svc: svc, cfg: cfg, b: base{name: name, tags: cfg.Cluster.StampTags(tags), meta: meta, port: port}}
 	switch kindOf(svc, cfg) {
 	case kindExternalIPs, kindLoadBalancer:
@@ -149,24 +154,6 @@ func Desired(svc *k8s.Service, cfg Config) (Spec, error) {
 	sort.Slice(spec.Instances, func(i, j int) bool { return spec.Instances[i].ID < spec.Instances[j].ID })
 	spec.Instances = dedupe(spec.Instances)
 	return spec, nil
-}
-
-func serviceName(svc *k8s.Service, cfg Config) (string, error) {
-	name := cfg.ServicePrefix + svc.Name
-	if cfg.AddNamespaceSuffix {
-		name += "-" + svc.Namespace
-	}
-	v, ok := svc.Annotations[AnnotationName]
-	if ok {
-		name = strings.TrimSpace(v)
-	}
-	if err := ValidateServiceName(name); err != nil {
-		if ok {
-			return "", annotationError(svc.Key.String(), AnnotationName, v, "Consul service name "+err.Error())
-		}
-		return "", &AnnotationError{Service: svc.Key.String(), Annotation: "(none: name from --service-prefix and metadata.name)", Value: name, Reason: "Consul service name " + err.Error()}
-	}
-	return name, nil
 }
 
 // userTags returns the --k8s-tag and service-tags tags of Consul service
@@ -235,36 +222,6 @@ func userMeta(svc *k8s.Service) (map[string]string, error) {
 			fmt.Sprintf("at most %d user meta keys allowed (Consul allows %d, fleetsync uses %d)", maxMetaPairs-len(reservedMeta), maxMetaPairs, len(reservedMeta)))
 	}
 	return meta, nil
-}
-
-// portChoice resolves the service-port annotation against the Service spec
-// to the name of the endpoint port (or a literal number).
-func portChoice(svc *k8s.Service) (PortChoice, error) {
-	v, ok := svc.Annotations[AnnotationPort]
-	if !ok {
-		if len(svc.Ports) == 0 {
-			return PortChoice{}, &AnnotationError{Service: svc.Key.String(), Annotation: "spec.ports", Value: "[]",
-				Reason: "the Service has no ports; set " + AnnotationPort + " to a port number"}
-		}
-		return PortChoice{Name: svc.Ports[0].Name}, nil
-	}
-	pc, err := ParsePort(v)
-	if err != nil {
-		return pc, annotationError(svc.Key.String(), AnnotationPort, v, err.Error())
-	}
-	if pc.Name != "" && !hasPortName(svc.Ports, pc.Name) {
-		return pc, annotationError(svc.Key.String(), AnnotationPort, v, fmt.Sprintf("no port named %q in spec.ports", pc.Name))
-	}
-	return pc, nil
-}
-
-func hasPortName(ports []k8s.Port, name string) bool {
-	for _, p := range ports {
-		if p.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func endpointPort(ep k8s.Endpoint, pc PortChoice) (int, bool) {

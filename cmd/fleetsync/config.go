@@ -57,6 +57,7 @@ type config struct {
 	EnableIngress      bool
 	IngressLBIPs       bool
 	ConsulK8sMeta      bool
+	StrictAnnotations  bool
 	Window             time.Duration
 	Resync             time.Duration
 	ResyncPeriod       time.Duration
@@ -145,6 +146,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.EnableIngress, "enable-ingress", false, "a ClusterIP Service behind a networking.k8s.io/v1 Ingress rule with path / is registered as the rule's host, port 80 (443 when the host is under spec.tls), instead of its endpoints (consul-k8s -enable-ingress)")
 	fs.BoolVar(&c.IngressLBIPs, "loadbalancer-ips", false, "with --enable-ingress: register the Ingress's load balancer IP instead of the rule's host (consul-k8s -loadBalancer-ips)")
 	fs.BoolVar(&c.ConsulK8sMeta, "consul-k8s-meta", false, "also write consul-k8s's service meta keys (external-k8s-ns, external-k8s-ref-kind, external-k8s-ref-name, external-k8s-node-name, external-k8s-topology-zone, port-<name>) next to fleetsync's k8s-* keys, for consul-template and prepared queries written for consul-k8s")
+	fs.BoolVar(&c.StrictAnnotations, "strict-annotations", false, "refuse (an InvalidAnnotation Event, nothing synced) a Consul service name that Consul DNS cannot look up (not a DNS label of at most 63 characters) and a "+worker.AnnotationPort+" name the Service does not have; by default such a Service is synced as consul-k8s syncs it (any name of 1-255 characters; the first port) with a Warning Event")
 	fs.DurationVar(&c.Window, "window", time.Second, "per-Service batching window (0: write every change as it comes); annotation "+worker.AnnotationWindow+" overrides")
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (±10 %; the first pass 0.5 to 1.5 periods after the worker's first sync) and repairs drift (0: off)")

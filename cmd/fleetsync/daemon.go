@@ -93,6 +93,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			ReservedTag:  reserved.Lookup,
 			NodePortSync: worker.NodePortSyncType(cfg.NodePortSyncType), SyncLoadBalancerEndpoints: cfg.SyncLBEndpoints,
 			EnableIngress: cfg.EnableIngress, IngressLoadBalancerIPs: cfg.IngressLBIPs, ConsulK8sMeta: cfg.ConsulK8sMeta,
+			StrictAnnotations: cfg.StrictAnnotations,
 		},
 		Watcher: k8s.NewWatcherWith(kube, k8s.WatcherOptions{
 			Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"),

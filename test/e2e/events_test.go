@@ -13,13 +13,14 @@ import (
 	"github.com/fleetsync/fleetsync/test/fixture"
 )
 
-// TestBadAnnotationIsReportedAndIsolated: a Service whose service-port names
-// no port gets a Warning Event naming the Service and the annotation; it is
-// not synced; a good Service next to it syncs as usual.
+// TestBadAnnotationIsReportedAndIsolated: with --strict-annotations, a
+// Service whose service-port names no port gets a Warning Event naming the
+// Service and the annotation; it is not synced; a good Service next to it
+// syncs as usual.
 func TestBadAnnotationIsReportedAndIsolated(t *testing.T) {
 	e := newEnv(t)
 	ctx, c := e.ctx, kube.Client
-	e.daemon()
+	e.daemon("--strict-annotations")
 	ports := map[string]int32{"http": 80}
 	bad := map[string]string{optIn: "true", "consul.hashicorp.com/service-port": "grpc"}
 	must(t, fixture.ApplyService(ctx, c, fixture.Service(e.ns, "bad", bad, ports)))
