@@ -716,7 +716,7 @@ func TestRunInvalid(t *testing.T) {
 
 	h.clk.Step(W)
 	h.notify(func(s *k8s.Service) {
-		s.Annotations[AnnotationPort] = "grpc"
+		s.Annotations[AnnotationPort] = "70000"
 		s.Endpoints = append(s.Endpoints, epB)
 	})
 	if f := h.flush(); f.Wrote || f.Err != nil {

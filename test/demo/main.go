@@ -162,8 +162,8 @@ func (d *demo) createSamples() error {
 		{`legacy     opted out (service-sync: "false"); 1 pod`,
 			fixture.Service(ns, "legacy", map[string]string{ann + "service-sync": "false"}, web),
 			[]*discoveryv1.EndpointSlice{fixture.Slice(ns, "legacy", "legacy-1", v4, web, fixture.IPs(3, 0, 1))}},
-		{"broken     opted in, but service-port: grpc names no port of the Service; 1 pod",
-			fixture.Service(ns, "broken", map[string]string{ann + "service-sync": "true", ann + "service-port": "grpc"}, web),
+		{"broken     opted in, but service-port: 70000 is no port number; 1 pod",
+			fixture.Service(ns, "broken", map[string]string{ann + "service-sync": "true", ann + "service-port": "70000"}, web),
 			[]*discoveryv1.EndpointSlice{fixture.Slice(ns, "broken", "broken-1", v4, web, fixture.IPs(4, 0, 1))}},
 	}
 	start, applies := time.Now(), d.raftApplies()

@@ -57,7 +57,7 @@ func TestChartRBACIsSufficient(t *testing.T) {
 
 	// A bad annotation is reported as an Event (create); made good and
 	// bad again, the same Event is reported again (patch: count 2).
-	bad := map[string]string{"consul.hashicorp.com/service-sync": "true", "consul.hashicorp.com/service-port": "grpc"}
+	bad := map[string]string{"consul.hashicorp.com/service-sync": "true", "consul.hashicorp.com/service-port": "70000"}
 	good := map[string]string{"consul.hashicorp.com/service-sync": "true", "consul.hashicorp.com/service-port": "http"}
 	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "bad", bad, webPorts)))
 	waitEventCount(t, appNS, "bad", 1)
