@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/supervisor/loss"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -134,7 +135,7 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Anti-entropy passes that found drift and wrote a repair."})
 	m.dataLost = f.NewCounterVec(prometheus.CounterOpts{Name: "fleetsync_consul_data_loss_detected_total",
 		Help: "Signs that Consul lost or rolled back data (every worker re-read and repaired its Service), by signal: node_vanished, node_recreated, index_went_back, entry_lost, worker_evidence."}, []string{"signal"})
-	for _, sig := range []string{SignalNodeVanished, SignalNodeRecreated, SignalIndexBack, SignalEntryLost, SignalWorker} {
+	for _, sig := range []string{loss.SignalNodeVanished, loss.SignalNodeRecreated, loss.SignalIndexBack, loss.SignalEntryLost, loss.SignalWorker} {
 		m.dataLost.WithLabelValues(sig)
 	}
 	m.foreignNodes = f.NewGauge(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_nodes",

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul/backoff"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/supervisor/loss"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -37,12 +38,8 @@ type Store interface {
 	worker.Store
 	// ReadNode reads every entry on the owner's nodes (the bootstrap read).
 	ReadNode(ctx context.Context) ([]consul.Registered, error)
-	// NodeWatcher and WitnessReader serve the node check (see
-	// Options.NodeCheckInterval).
-	NodeWatcher
-	WitnessReader
-	// KVIndex reads Consul's KV index at key (see Options.StateKey).
-	KVIndex(ctx context.Context, key string) (uint64, error)
+	// The loss detection's reads (see Options.NodeCheckInterval).
+	loss.Store
 }
 
 // Options build a Supervisor. Watcher, Store and Worker.Cluster are required.
@@ -99,7 +96,7 @@ type Supervisor struct {
 	// cache: startFleet looks at them again once it is done.
 	earlyMu sync.Mutex
 	early   map[k8s.Key]bool
-	lossC   chan string // a worker's evidence that Consul lost data (1-buffered)
+	loss    atomic.Pointer[loss.Watch] // set by Run before the first worker starts
 
 	names nameIndex // Consul name of every worker's Service
 
@@ -156,7 +153,7 @@ func New(opts Options) *Supervisor {
 		opts.Shards = 1
 	}
 	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
-		held: map[int]bool{}, early: map[k8s.Key]bool{}, lossC: make(chan string, 1), problems: map[string]string{},
+		held: map[int]bool{}, early: map[k8s.Key]bool{}, problems: map[string]string{},
 		looks: worker.NewSlots(runtime.GOMAXPROCS(0))}
 	if opts.Metrics != nil {
 		opts.Metrics.attach(s)
@@ -206,6 +203,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	owned, foreign := read.held, read.foreign
 	s.setNodes(read.nodes)
 	n := countOwned(owned) // before the workers take their maps
+	lw := s.newLossWatch()
+	s.loss.Store(lw)
 	var d time.Duration
 	s.startFleet(ctx, owned, func(at time.Time) {
 		d = at.Sub(start)
@@ -213,7 +212,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	})
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", n,
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
-	s.watchConsul(ctx)
+	lw.Run(ctx)
 	return nil
 }
 

@@ -18,113 +18,9 @@ import (
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/k8stest"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/supervisor/loss"
 	"github.com/fleetsync/fleetsync/worker"
 )
-
-func nodeView(nodes ...consul.NodeEntry) consul.NodesView { return consul.NodesView{Nodes: nodes} }
-
-func ours(name string, create uint64) consul.NodeEntry {
-	return consul.NodeEntry{Name: name, CreateIndex: create, ModifyIndex: create, Ours: true}
-}
-
-// TestLossDetector: the rules that tell a Consul that lost or rolled back
-// data from one that did not, each as a sequence of reads.
-func TestLossDetector(t *testing.T) {
-	type read struct {
-		view      consul.NodesView
-		index     map[string]uint64 // node index read
-		committed map[string]uint64 // highest index our writes returned
-	}
-	for _, tc := range []struct {
-		name  string
-		reads []read
-		want  []string // signals found at the last read
-	}{
-		{"quiet", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, map[string]uint64{"k8s-a": 40}},
-		}, nil},
-		{"writes raise the index", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 90}, map[string]uint64{"k8s-a": 90}},
-		}, nil},
-		{"restarted empty, node not yet re-created", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
-			{nodeView(), nil, map[string]uint64{"k8s-a": 40}},
-		}, []string{SignalNodeVanished}},
-		{"restarted empty, a busy worker re-created the node", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 4000}, nil},
-			{nodeView(ours("k8s-a", 12)), map[string]uint64{"k8s-a": 14}, map[string]uint64{"k8s-a": 14}},
-		}, []string{SignalNodeRecreated, SignalIndexBack}},
-		{"snapshot restored: index below the last read", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 400}, nil},
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, nil},
-		}, []string{SignalIndexBack}},
-		{"snapshot restored: index below our last write", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, nil},
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 300}, map[string]uint64{"k8s-a": 350}},
-		}, []string{SignalIndexBack}},
-		{"someone else's node is no sign", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
-			{nodeView(ours("k8s-a", 5), consul.NodeEntry{Name: "k8s-a.1", CreateIndex: 50}), map[string]uint64{"k8s-a": 40}, nil},
-		}, nil},
-		{"created and lost between two checks", []read{
-			{nodeView(), nil, nil},
-			{nodeView(), nil, map[string]uint64{"k8s-a": 18}},
-		}, []string{SignalNodeVanished}},
-		{"second node appears", []read{
-			{nodeView(ours("k8s-a", 5)), map[string]uint64{"k8s-a": 40}, nil},
-			{nodeView(ours("k8s-a", 5), ours("k8s-a.1", 60)), map[string]uint64{"k8s-a": 40, "k8s-a.1": 61}, map[string]uint64{"k8s-a.1": 61}},
-		}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var d lossDetector
-			var got []string
-			for _, r := range tc.reads {
-				got = nil
-				var written []string
-				for n := range r.committed {
-					written = append(written, n)
-				}
-				for _, f := range d.checkNodes(r.view, written...) {
-					got = append(got, f.signal)
-				}
-				for _, n := range d.due() {
-					for _, f := range d.checkIndex(n, r.index[n], r.committed[n]) {
-						got = append(got, f.signal)
-					}
-				}
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("signals %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestLossDetectorReadsManyNodesInTurn: with more nodes than one check
-// reads, every node's index is read within a few checks.
-func TestLossDetectorReadsManyNodesInTurn(t *testing.T) {
-	var d lossDetector
-	var nodes []consul.NodeEntry
-	for i := range 20 {
-		nodes = append(nodes, ours(fmt.Sprintf("k8s-a.%d", i+1), 5))
-	}
-	d.checkNodes(nodeView(nodes...))
-	seen := map[string]bool{}
-	for range 3 {
-		due := d.due()
-		if len(due) != nodesPerCheck {
-			t.Fatalf("%d nodes due, want %d", len(due), nodesPerCheck)
-		}
-		for _, n := range due {
-			seen[n] = true
-		}
-	}
-	if len(seen) != 20 {
-		t.Fatalf("%d of 20 nodes read in 3 checks", len(seen))
-	}
-}
 
 // watchStore signals every node read of the supervisor's check.
 type watchStore struct {
@@ -275,14 +171,14 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	// when the twin is wiped (awaitNodeRead returns at its node read):
 	// then an index gone back or an entry lost comes first, as true a
 	// sign of the same loss. TestLossDetector pins each signal.
-	if sig, _ := hooks.got(); len(sig) == 0 || !slices.Contains([]string{SignalNodeRecreated, SignalIndexBack, SignalEntryLost}, sig[0]) {
-		t.Fatalf("signals %v, want %s, %s or %s first", sig, SignalNodeRecreated, SignalIndexBack, SignalEntryLost)
+	if sig, _ := hooks.got(); len(sig) == 0 || !slices.Contains([]string{loss.SignalNodeRecreated, loss.SignalIndexBack, loss.SignalEntryLost}, sig[0]) {
+		t.Fatalf("signals %v, want %s, %s or %s first", sig, loss.SignalNodeRecreated, loss.SignalIndexBack, loss.SignalEntryLost)
 	}
 
 	f.store.loseOne()
 	f.sup.lossSeen("service ns/s0: 1 of 1 entries gone")
 	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return f.store.count("") == 3 })
-	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalWorker) })
+	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, loss.SignalWorker) })
 
 	// Someone else's node under the name of one of ours that holds none
 	// of our instances.
@@ -373,39 +269,6 @@ func TestServiceAddedWhileBootstrapListsIsSynced(t *testing.T) {
 	}
 }
 
-// committingStore commits a write on the node while its index is read:
-// Consul answers the index from before the write, the write's result is
-// recorded before the read returns.
-type committingStore struct {
-	index, committed uint64
-}
-
-func (c *committingStore) ReadNodes(context.Context) (consul.NodesView, error) {
-	return consul.NodesView{}, nil
-}
-func (c *committingStore) NodeIndex(context.Context, string) (uint64, error) {
-	before := c.index
-	c.index += 5
-	c.committed = c.index
-	return before, nil
-}
-func (c *committingStore) Committed(string) uint64  { return c.committed }
-func (c *committingStore) CommittedNodes() []string { return nil }
-func (c *committingStore) ResetCommitted()          {}
-
-// TestWriteDuringTheIndexReadIsNoLoss: a write committing while the node
-// index is read is no sign of a rollback.
-func TestWriteDuringTheIndexReadIsNoLoss(t *testing.T) {
-	store := &committingStore{index: 100, committed: 100}
-	var d lossDetector
-	view := nodeView(ours("k8s-a", 5))
-	for i := range 5 {
-		if found, _, _ := checkConsul(t.Context(), store, &d, view, nil); len(found) != 0 {
-			t.Fatalf("check %d: %v with only our own writes landing", i, found)
-		}
-	}
-}
-
 // TestConsulBackEndsBackoffs: when the node check gets an answer again
 // after it got none, every worker whose flush failed meanwhile retries at
 // once, well before its backoff ends (found by the soak: changes made
@@ -482,8 +345,8 @@ func TestKVIndexGoingBackIsLoss(t *testing.T) {
 	f.store.loseOne() // a catalog write after the restore raises the node's index past its old value
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
-	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalIndexBack}) {
-		t.Fatalf("signals %v, want [%s]", sig, SignalIndexBack)
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{loss.SignalIndexBack}) {
+		t.Fatalf("signals %v, want [%s]", sig, loss.SignalIndexBack)
 	}
 }
 
@@ -591,11 +454,11 @@ func TestWitnessLostIsLoss(t *testing.T) {
 	})
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
-	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
-		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{loss.SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, loss.SignalEntryLost)
 	}
 	// The loss made the witnesses history; a write after it is one.
-	// Idle for longer than maxWitnessAge: nothing is read any more.
+	// Idle for longer than loss.MaxWitnessAge: nothing is read any more.
 	store.edit(func(s *witnessStore) {
 		if len(s.ws) != 0 {
 			t.Errorf("witnesses %v still stand after the loss", s.ws)
@@ -603,7 +466,7 @@ func TestWitnessLostIsLoss(t *testing.T) {
 		s.ws = []consul.Witness{{Node: "k8s-test", ID: "f", Name: "s0", Index: 60, At: clk.Now()}}
 		s.entries["f"] = 60
 	})
-	clk.Step(maxWitnessAge)
+	clk.Step(loss.MaxWitnessAge)
 	check()
 	store.edit(func(s *witnessStore) { s.wreads = nil })
 	check()
@@ -613,189 +476,6 @@ func TestWitnessLostIsLoss(t *testing.T) {
 			t.Errorf("an idle fleet read witnesses %v", s.wreads)
 		}
 	})
-}
-
-// TestWitnessesSinceTheLastCheckAreRead: a restore undid one write (d)
-// between two others, and a write after the restore (e) is intact. The
-// picks by age alone read only the newest and the old one before d, at
-// any time: the restore went unseen. Every witness from when the last
-// complete check began, and the newest from before it, are read too, so
-// the check that follows the restore reads d (TestRestoreAfterAServiceWentRepairs
-// on a real Consul).
-func TestWitnessesSinceTheLastCheckAreRead(t *testing.T) {
-	start := time.Now()
-	at := func(d time.Duration) time.Time { return start.Add(d) }
-	a := consul.Witness{Node: "k8s-test", ID: "a", Name: "s0", Index: 10, At: at(0)}
-	d := consul.Witness{Node: "k8s-test", ID: "d", Name: "s1", Index: 20, At: at(time.Second), Deleted: true}
-	e := consul.Witness{Node: "k8s-test", ID: "e", Name: "s2", Index: 30, At: at(time.Second + 70*time.Millisecond)}
-	store := &witnessStore{watchStore: newWatchStore(), ws: []consul.Witness{a, d, e},
-		entries: map[string]uint64{"a": 10, "d": 5, "e": 30}, retired: map[string]bool{}} // d is back, from before our delete
-	cases := []struct {
-		name       string
-		now, since time.Time
-		lost       bool
-	}{
-		{"the last check began before d", at(6500 * time.Millisecond), at(500 * time.Millisecond), true},
-		{"the last check began between d and e", at(6500 * time.Millisecond), at(time.Second + 30*time.Millisecond), true},
-		{"the last check began after e: it was its to find", at(6500 * time.Millisecond), at(2 * time.Second), false},
-		{"the first check reads them all", at(6500 * time.Millisecond), time.Time{}, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			found, ok, _ := checkWitnesses(context.Background(), store, store.ws, tc.now, tc.since, 0)
-			if !ok {
-				t.Fatal("a read got no answer")
-			}
-			if lost := len(found) > 0; lost != tc.lost {
-				t.Fatalf("findings %v, want a loss: %v", found, tc.lost)
-			}
-			if tc.lost && !strings.Contains(found[0].detail, "entry d ") {
-				t.Fatalf("finding %q, want one of entry d", found[0].detail)
-			}
-		})
-	}
-	// By age alone (a check whose last complete one began after every
-	// witness), at any time from 2 s to 5 min after e, d is never read.
-	for now := at(3100 * time.Millisecond); now.Before(at(maxWitnessAge)); now = now.Add(time.Second) {
-		if found, _, _ := checkWitnesses(context.Background(), store, store.ws, now, now, 0); len(found) != 0 {
-			t.Fatalf("the age picks alone found %v at %s: the case above is not the gap it claims", found, now.Sub(start))
-		}
-	}
-}
-
-// TestWitnessesSinceAreReadOldestFirst: past maxSinceReads witnesses
-// from since, a check reads the oldest and the next one goes on from the
-// first it left (the review's finding: reading the newest left the middle
-// unread for good once since moved on).
-func TestWitnessesSinceAreReadOldestFirst(t *testing.T) {
-	start := time.Now()
-	store := &witnessStore{watchStore: newWatchStore(), entries: map[string]uint64{}, retired: map[string]bool{}}
-	for i := range maxSinceReads + 10 {
-		id := fmt.Sprintf("w%d", i)
-		store.ws = append(store.ws, consul.Witness{Node: "k8s-test", ID: id, Name: "s0", Index: uint64(100 + i), At: start.Add(time.Duration(i) * 500 * time.Millisecond)})
-		store.entries[id] = uint64(100 + i)
-	}
-	now := store.ws[len(store.ws)-1].At.Add(time.Second)
-	found, ok, next := checkWitnesses(context.Background(), store, store.ws, now, start, 0)
-	if len(found) != 0 || !ok {
-		t.Fatalf("findings %v (answered %v) with every witness as written", found, ok)
-	}
-	if want := store.ws[maxSinceReads].At; !next.Equal(want) {
-		t.Fatalf("the next check goes on from %s, want %s (the first unread)", next.Sub(start), want.Sub(start))
-	}
-	store.edit(func(s *witnessStore) {
-		if !slices.Contains(s.wreads, "w0") || slices.Contains(s.wreads, fmt.Sprintf("w%d", maxSinceReads)) {
-			t.Fatalf("read %v: want the oldest %d from since", s.wreads, maxSinceReads)
-		}
-	})
-	// A restore undid one the first check left unread: the next finds it.
-	lost := maxSinceReads + 2
-	store.entries[fmt.Sprintf("w%d", lost)] = 5
-	if found, _, _ := checkWitnesses(context.Background(), store, store.ws, now, next, 0); len(found) == 0 {
-		t.Fatalf("the check going on from the first unread missed w%d", lost)
-	}
-}
-
-// oneEntry is a WitnessReader of one entry, as read.
-type oneEntry struct {
-	read     consul.WitnessRead
-	standing bool
-}
-
-func (o oneEntry) Witnesses() []consul.Witness   { return nil }
-func (o oneEntry) IsWitness(consul.Witness) bool { return o.standing }
-func (o oneEntry) ForgetWitnesses(string)        {}
-func (o oneEntry) ReadWitness(context.Context, consul.Witness) (consul.WitnessRead, error) {
-	return o.read, nil
-}
-
-// TestWitnessNotAsLeftIsLoss: what one witness read means. Our entry gone
-// or older than written is a loss, and so is our deleted entry back at an
-// index below the one the delete committed after; a later index is
-// someone's later write (another process of this cluster during a rolling
-// update writes our entries too: the review's finding, a loss on every
-// such write would have made both processes rewrite the fleet every
-// second), and someone else's entry is no loss. At indexes Consul may have
-// handed out twice (up to the highest one seen before the last loss), a
-// witness stands only at exactly its index, or gone for a delete: a
-// restore of a snapshot taken before that loss brings entries back at
-// indexes above those written since (found by the soak, seed
-// 1796176583876240078: 3 instances missing and 2 stale for a minute).
-func TestWitnessNotAsLeftIsLoss(t *testing.T) {
-	wrote := consul.Witness{Node: "k8s-test", ID: "a", Name: "s0", Index: 40}
-	deleted := consul.Witness{Node: "k8s-test", ID: "z", Name: "s0", Index: 40, Deleted: true}
-	ours := func(i uint64) consul.WitnessRead { return consul.WitnessRead{Found: true, Index: i, Ours: true} }
-	theirs := func(i uint64) consul.WitnessRead { return consul.WitnessRead{Found: true, Index: i} }
-	// A write whose check committed later than its service (a change of
-	// readiness: the service op changes nothing).
-	checked := consul.Witness{Node: "k8s-test", ID: "c", Name: "s0", Index: 40, CheckIndex: 44}
-	checkedAfterLoss := consul.Witness{Node: "k8s-test", ID: "c", Name: "s0", Index: 40, CheckIndex: 70}
-	withCheck := func(i, c uint64) consul.WitnessRead {
-		return consul.WitnessRead{Found: true, Index: i, CheckIndex: c, Ours: true}
-	}
-	for _, tc := range []struct {
-		name   string
-		w      consul.Witness
-		read   consul.WitnessRead
-		reused uint64 // the highest index seen before the last loss
-		loss   bool
-	}{
-		{"written: as written", wrote, ours(40), 0, false},
-		{"written: gone", wrote, consul.WitnessRead{}, 0, true},
-		{"written: older", wrote, ours(12), 0, true},
-		{"written: a later write", wrote, ours(55), 0, false},
-		{"written: someone else's entry", wrote, theirs(12), 0, false},
-		{"written: a later index Consul handed out twice", wrote, ours(55), 60, true},
-		{"written: as written, after a loss", wrote, ours(40), 60, false},
-		{"written: a later index past the reused ones", wrote, ours(75), 39, false},
-		{"checked: as written", checked, withCheck(40, 44), 0, false},
-		{"checked: the check older (a change of readiness undone)", checked, withCheck(40, 41), 0, true},
-		{"checked: the check gone", checked, withCheck(40, 0), 0, true},
-		{"checked: the check written again since", checked, withCheck(40, 50), 0, false},
-		{"checked: the check at a later index Consul handed out twice", checked, withCheck(40, 50), 60, true},
-		{"checked: someone else's entry", checked, consul.WitnessRead{Found: true, Index: 12, CheckIndex: 3}, 0, false},
-		// Strict per index (the review's finding): a change of readiness
-		// after a loss leaves the service at an index up to reused and
-		// the check above it; another process of the cluster rewriting
-		// the check (a rolling update) is no loss.
-		{"checked: the check rewritten by another process, the service from before a loss", checkedAfterLoss, withCheck(40, 80), 60, false},
-		{"checked: the check older, the service from before a loss", checkedAfterLoss, withCheck(40, 65), 60, true},
-		{"deleted: gone", deleted, consul.WitnessRead{}, 0, false},
-		{"deleted: back from before the delete", deleted, ours(30), 0, true},
-		{"deleted: written again since", deleted, ours(45), 0, false},
-		{"deleted: someone else's entry", deleted, theirs(30), 0, false},
-		{"deleted: back at an index Consul handed out twice", deleted, ours(45), 60, true},
-		{"deleted: someone else's entry after a loss", deleted, theirs(45), 60, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			found, ok := checkWitness(context.Background(), oneEntry{read: tc.read, standing: true}, tc.w, tc.reused)
-			if !ok || (len(found) > 0) != tc.loss {
-				t.Fatalf("findings %v (answered %v), want a loss: %v", found, ok, tc.loss)
-			}
-			if found, _ := checkWitness(context.Background(), oneEntry{read: tc.read}, tc.w, tc.reused); len(found) != 0 {
-				t.Fatalf("a witness a write of ours retired meanwhile: findings %v", found)
-			}
-		})
-	}
-}
-
-// TestLossKeepsTheIndexesSeenBefore: a loss remembers the highest index
-// seen before it (read, committed, the marks), for checkWitness; a later
-// loss only raises it.
-func TestLossKeepsTheIndexesSeenBefore(t *testing.T) {
-	var d lossDetector
-	d.checkIndex("k8s-test", 500, 480)
-	d.checkIndex("k8s-test.1", 690, 600)
-	d.marks = consul.CatalogMarks{Nodes: 650, Checks: 695}
-	d.reset(700)
-	if d.reused != 700 || d.index != nil || d.marks.Known() {
-		t.Fatalf("after a loss: reused %d (want 700), index %v, marks %+v", d.reused, d.index, d.marks)
-	}
-	d.checkIndex("k8s-test", 510, 0)
-	d.reset(520)
-	if d.reused != 700 {
-		t.Fatalf("a later loss lowered reused to %d", d.reused)
-	}
 }
 
 // TestWitnessBackFromBeforeOurDeleteIsLoss: the whole check, on a running
@@ -829,8 +509,8 @@ func TestWitnessBackFromBeforeOurDeleteIsLoss(t *testing.T) {
 	store.edit(func(s *witnessStore) { s.entries["z"] = 30 })
 	check()
 	f.waitFor(t, "every worker re-read", func() bool { return f.store.count("") == 3 })
-	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
-		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{loss.SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, loss.SignalEntryLost)
 	}
 }
 
@@ -893,9 +573,9 @@ func TestWritesBeforeAnOutageAreChecked(t *testing.T) {
 	})
 	store.down(false)
 	check()
-	f.waitFor(t, "the loss seen", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, SignalEntryLost) })
-	if sig, _ := hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
-		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	f.waitFor(t, "the loss seen", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, loss.SignalEntryLost) })
+	if sig, _ := hooks.got(); !slices.Equal(sig, []string{loss.SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, loss.SignalEntryLost)
 	}
 }
 
@@ -1062,8 +742,8 @@ func TestQuietCatalogCostsTheCheckNoRead(t *testing.T) {
 	}
 	stepToNextCheck(t, f, clk, store.nodeReads)
 	f.waitFor(t, "the loss found", func() bool { got, _ := hooks.got(); return len(got) > len(n0) })
-	if got, _ := hooks.got(); got[len(n0)] != SignalNodeRecreated && got[len(n0)] != SignalIndexBack {
-		t.Errorf("signals %v, want %s or %s after %v", got, SignalNodeRecreated, SignalIndexBack, n0)
+	if got, _ := hooks.got(); got[len(n0)] != loss.SignalNodeRecreated && got[len(n0)] != loss.SignalIndexBack {
+		t.Errorf("signals %v, want %s or %s after %v", got, loss.SignalNodeRecreated, loss.SignalIndexBack, n0)
 	}
 }
 
@@ -1134,7 +814,7 @@ func TestStaleSharedMarksDoNotHideARestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.store.stale, q.store.staleAt = &pre, time.Now()
+	q.store.stale, q.store.staleAt = &pre, q.clk.Now()
 	prefix := q.write()
 	if !q.check() {
 		t.Fatal("the check after our write did not read")
@@ -1198,8 +878,8 @@ func TestDeleteUndoneByARestoreIsSeen(t *testing.T) {
 				t.Fatal("the check after the restore skipped on the marks")
 			}
 			q.f.waitFor(t, "the instance deleted again", func() bool { return q.f.store.count(prefix) == 0 })
-			if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
-				t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+			if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{loss.SignalEntryLost}) {
+				t.Fatalf("signals %v, want [%s]", sig, loss.SignalEntryLost)
 			}
 		})
 	}
@@ -1234,7 +914,7 @@ func TestReadinessChangeUndoneByARestoreIsSeen(t *testing.T) {
 		t.Fatal("the check after the restore skipped on the marks")
 	}
 	q.f.waitFor(t, "the check repaired", func() bool { return status() == "warning" })
-	if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{SignalEntryLost}) {
-		t.Fatalf("signals %v, want [%s]", sig, SignalEntryLost)
+	if sig, _ := q.hooks.got(); !slices.Equal(sig, []string{loss.SignalEntryLost}) {
+		t.Fatalf("signals %v, want [%s]", sig, loss.SignalEntryLost)
 	}
 }
