@@ -15,9 +15,8 @@
 //   - a worker's CAS conflict whose re-read shows the same (Watch.Report).
 //
 // The detector (detector.go, witness.go) decides from reads passed in,
-// table-tested; Watch is
-// the loop that reads Consul every interval of the injected clock, one
-// Step at a time, and tells its owner of a loss through one callback
-// (Config.Lost). What to do about a loss (repair the fleet) is the
-// owner's.
+// table-tested; Watch is the loop that reads Consul every interval of the
+// injected clock, one Step at a time, and tells its owner of a loss
+// through one callback (Config.Lost). What to do about a loss (repair the
+// fleet) is the owner's.
 package loss
