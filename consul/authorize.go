@@ -45,7 +45,7 @@ func Permissions(ctx context.Context, hc *http.Client, cfg *api.Config, scope Sc
 	if cfg.Datacenter != "" {
 		q.Set("dc", cfg.Datacenter)
 	}
-	if p := scope.normal().Partition; p != "" {
+	if p := scope.Normal().Partition; p != "" {
 		q.Set("partition", p)
 	}
 	u.RawQuery = q.Encode()

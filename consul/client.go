@@ -24,22 +24,6 @@ var ErrConflict = errors.New("consul: entry changed since it was read (CAS confl
 // when the owner refuses an instance or entry.
 var ErrRefused = errors.New("consul: refused by ownership")
 
-// Owner proves ownership and places instances; package ownership's
-// Cluster implements it.
-type Owner interface {
-	// Node is the owner's first node; its Meta marks every node of the
-	// owner (the reads list nodes by it).
-	Node() Node
-	// NodeNameFor names the node a new instance goes on.
-	NodeNameFor(instanceID string) string
-	// NodeNamed is the owner's node called name, with its mark.
-	NodeNamed(name string) Node
-	// IsNode reports whether a node of that name is the owner's.
-	IsNode(name string) bool
-	Stamped(Instance) error
-	Owns(Registered) error
-}
-
 // catalogAPI is the part of the Consul API the client uses.
 type catalogAPI interface {
 	NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error)
@@ -336,7 +320,7 @@ func (c *Client) serviceEntries(ctx context.Context, name, filter string) ([]*wi
 		return nil, 0, fmt.Errorf("read service %s on the nodes of %s: %w", name, c.owner.Node().Name, c.ctxErr(ctx, err))
 	}
 	var index uint64
-	if meta != nil && !c.opts.Scope.normal().Enterprise() {
+	if meta != nil && !c.opts.Scope.Normal().Enterprise() {
 		// With Consul Enterprise namespaces or partitions (mirrored ones
 		// read with ns=*) what the index covers is not pinned by a test
 		// here: 0 (unknown), so no pass skips its read.

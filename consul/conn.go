@@ -208,16 +208,9 @@ func (cn *Conn) NewClient(owner Owner, opts Options) *Client {
 // clock).
 func (cn *Conn) NewHealth(clk clock.Clock) *Health { return NewHealth(cn.api, clk) }
 
-// ClaimClusterID claims a cluster id (see ClaimClusterID).
-func (cn *Conn) ClaimClusterID(ctx context.Context, opts ClaimOptions) (*Claim, error) {
-	return ClaimClusterID(ctx, cn.api, opts)
-}
-
-// ReadClaim returns the claim of cluster id under prefix and whether a
-// live session holds it (see ReadClaim).
-func (cn *Conn) ReadClaim(ctx context.Context, prefix, id string) (*ClaimValue, bool, error) {
-	return ReadClaim(ctx, cn.api, prefix, id)
-}
+// API is the connection's consul/api client, for the packages under
+// consul/ (the claim, the operator commands); nothing else holds it.
+func (cn *Conn) API() *api.Client { return cn.api }
 
 // Permissions checks the token has each of want (see Permissions).
 func (cn *Conn) Permissions(ctx context.Context, scope Scope, want []Permission) error {

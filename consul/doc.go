@@ -18,17 +18,11 @@
 //     ever overwritten blindly.
 //   - Reads and writes honour the context; a cancelled context returns its
 //     error.
-//   - Nothing outside this package holds the consul/api client: a Conn
-//     (Open for the operator commands, Dial for the daemon: failover,
-//     token source, login) builds every Client, Health, Claim, Purger and
-//     Inventory.
-//   - The operator's deletes (Purger, `fleetsync purge`) are conditional on
-//     what was read, like the Client's: instances through the Client (Owns
-//     on each, delete-CAS); a node only after its owner's OwnsNode accepts
-//     it, fenced, read again, and deleted with a CAS on the fenced index
-//     while it holds nothing; the claim key with a CAS on the index read
-//     while no session holds it. Whose a node or an entry is, is decided by
-//     the owner (package ownership), never here.
+//   - Nothing outside the packages under consul/ holds the consul/api
+//     client: a Conn (Open for the operator commands, Dial for the daemon:
+//     failover, token source, login) builds every Client and Health, and
+//     hands its client (Conn.API) to package claim (the cluster-id claim)
+//     and package admin (the operator commands).
 //
 // A Client is safe for concurrent use.
 package consul

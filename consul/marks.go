@@ -49,7 +49,7 @@ type marksCache struct {
 // begun after it: marks read before a write of ours would come back
 // exactly with a restore of a snapshot taken before that write.
 func (c *Client) CatalogMarks(ctx context.Context, after time.Time) (CatalogMarks, error) {
-	if c.opts.Scope.normal().Enterprise() {
+	if c.opts.Scope.Normal().Enterprise() {
 		return CatalogMarks{}, nil
 	}
 	select {

@@ -305,7 +305,7 @@ func (c *Client) nodeOps(ctx context.Context, names []string) (ops api.TxnOps, d
 			want := c.owner.NodeNamed(name)
 			ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{
 				Node: want.Name, Address: want.Address, Meta: want.Meta, ModifyIndex: n.ModifyIndex, // 0: create only if absent
-				Partition: c.opts.Scope.normal().Partition,
+				Partition: c.opts.Scope.Normal().Partition,
 			}}})
 		}
 		return ops, done, nil

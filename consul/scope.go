@@ -34,9 +34,9 @@ type Scope struct {
 // (worker.MetaNamespace; repeated here, checked in scope_test.go).
 const metaK8sNamespace = "k8s-namespace"
 
-// normal treats "default" as no namespace or partition (what Consul OSS
+// Normal treats "default" as no namespace or partition (what Consul OSS
 // understands, and what Enterprise means by none).
-func (s Scope) normal() Scope {
+func (s Scope) Normal() Scope {
 	if s.Namespace == "default" {
 		s.Namespace = ""
 	}
@@ -48,13 +48,13 @@ func (s Scope) normal() Scope {
 
 // Enterprise reports whether the scope needs Consul Enterprise.
 func (s Scope) Enterprise() bool {
-	s = s.normal()
+	s = s.Normal()
 	return s.Namespace != "" || s.Partition != "" || s.MirrorNamespaces
 }
 
 // NamespaceOf is the Consul namespace of an instance ("" for the default).
 func (s Scope) NamespaceOf(in Instance) string {
-	s = s.normal()
+	s = s.Normal()
 	if s.MirrorNamespaces {
 		if ns := in.Meta[metaK8sNamespace]; ns != "" {
 			return s.MirrorPrefix + ns
@@ -66,7 +66,7 @@ func (s Scope) NamespaceOf(in Instance) string {
 // readNamespace is the ns of reads of instances: every namespace when
 // mirroring (the instances of one node or name may be in several).
 func (s Scope) readNamespace() string {
-	s = s.normal()
+	s = s.Normal()
 	if s.MirrorNamespaces {
 		return "*"
 	}
@@ -75,28 +75,21 @@ func (s Scope) readNamespace() string {
 
 // instanceQuery is a read of instances.
 func (s Scope) instanceQuery(q *api.QueryOptions) *api.QueryOptions {
-	q.Namespace, q.Partition = s.readNamespace(), s.normal().Partition
+	q.Namespace, q.Partition = s.readNamespace(), s.Normal().Partition
 	return q
 }
 
 // nodeQuery is a read of nodes (nodes are in a partition, not a namespace).
 func (s Scope) nodeQuery(q *api.QueryOptions) *api.QueryOptions {
-	q.Partition = s.normal().Partition
+	q.Partition = s.Normal().Partition
 	return q
 }
 
-// kvQuery is a read of the claim key.
+// kvQuery is a read of a KV key (Client.KVIndex).
 func (s Scope) kvQuery(q *api.QueryOptions) *api.QueryOptions {
-	n := s.normal()
+	n := s.Normal()
 	q.Namespace, q.Partition = n.Namespace, n.Partition
 	return q
-}
-
-// kvWrite is a write of the claim key or its session.
-func (s Scope) kvWrite(w *api.WriteOptions) *api.WriteOptions {
-	n := s.normal()
-	w.Namespace, w.Partition = n.Namespace, n.Partition
-	return w
 }
 
 // ErrEnterpriseOnly is matched by CheckScope's error when Consul does not
@@ -109,7 +102,7 @@ var ErrEnterpriseOnly = errors.New("consul: namespaces and admin partitions need
 // that fleetsync stops at start with the flag to fix instead of retrying.
 // A zero scope sends nothing.
 func (c *Client) CheckScope(ctx context.Context) error {
-	s := c.opts.Scope.normal()
+	s := c.opts.Scope.Normal()
 	if !s.Enterprise() {
 		return nil
 	}

@@ -247,39 +247,6 @@ func distinct(in []string) []string {
 	return out
 }
 
-// TestScopeClaimShapes: the claim's session, its key's reads and writes,
-// and the guard op of every transaction name the namespace and partition.
-func TestScopeClaimShapes(t *testing.T) {
-	s := newShapeServer(t)
-	cl, err := ClaimClusterID(t.Context(), s.api(t, "dc2"), ClaimOptions{ClusterID: "c1", KubeUID: "uid-1", Holder: "pod-0",
-		Scope: Scope{Namespace: "team-a", Partition: "part-1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Release()
-	var got []string
-	for _, r := range s.take() {
-		got = append(got, r.method+" "+r.path+"?"+r.query)
-	}
-	want := []string{
-		"PUT /v1/session/create?dc=dc2&ns=team-a&partition=part-1",
-		"GET /v1/kv/fleetsync/clusters/c1?consistent=&dc=dc2&ns=team-a&partition=part-1",
-		"PUT /v1/kv/fleetsync/clusters/c1?acquire=sess-1&dc=dc2&ns=team-a&partition=part-1",
-		"GET /v1/kv/fleetsync/clusters/c1?consistent=&dc=dc2&ns=team-a&partition=part-1",
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("claim requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	op, err := cl.Op()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(op)
-	if want := `{"KV":{"Verb":"check-index","Key":"fleetsync/clusters/c1","Value":null,"Flags":0,"Index":9,"Session":"","Namespace":"team-a","Partition":"part-1"},"Node":null,"Service":null,"Check":null}`; string(b) != want {
-		t.Errorf("guard op %s\nwant %s", b, want)
-	}
-}
-
 // TestScopeMetaKey: the meta key mirroring reads is the one instances carry
 // (worker.MetaNamespace; this package cannot import worker).
 func TestScopeMetaKey(t *testing.T) {

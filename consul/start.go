@@ -10,8 +10,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul/backoff"
 )
 
-// startBackoff is the backoff of the start-up retries (Start,
-// ClaimClusterIDRetrying): 500ms doubling to 30s.
+// startBackoff is the backoff of Start's retries: 500ms doubling to 30s.
 var startBackoff = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 
 // Start logs in (when the connection logs in, see DialOptions.Login), then
@@ -51,40 +50,6 @@ func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []P
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
-		}
-	}
-}
-
-// ClaimClusterIDRetrying claims opts.ClusterID for the Kubernetes cluster
-// whose UID kubeUID reads, before anything is written, retrying while
-// Kubernetes or Consul cannot be reached. It returns an error only when
-// another Kubernetes cluster has the id (ErrClaimedByOther) or the token
-// may not claim it (IsPermissionDenied), and nil, nil when ctx ends first.
-// opts.KubeUID is set from kubeUID.
-func (cn *Conn) ClaimClusterIDRetrying(ctx context.Context, kubeUID func(context.Context) (string, error), opts ClaimOptions, log hclog.Logger) (*Claim, error) {
-	retry := backoff.New(startBackoff)
-	for {
-		uid, err := kubeUID(ctx)
-		if err == nil {
-			opts.KubeUID = uid
-			var claim *Claim
-			claim, err = cn.ClaimClusterID(ctx, opts)
-			if err == nil {
-				return claim, nil
-			}
-			if errors.Is(err, ErrClaimedByOther) || IsPermissionDenied(err) {
-				return nil, err // no retry mends these
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		wait := retry.Next()
-		log.Warn("Cannot claim the cluster id yet; retrying", "retry_in", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil
 		case <-time.After(wait):
 		}
 	}

@@ -56,8 +56,8 @@ const (
 // even when a later transaction fails; the error matches ErrConflict when a
 // CAS failed (a *TxnError says which instances or nodes), ErrRefused when
 // ownership refused an input or a node named like ours is foreign (then
-// nothing at all is sent), ErrClaimLost when the guard says this process
-// may not write.
+// nothing at all is sent), the guard's error when it says this process
+// may not write (claim.ErrLost).
 func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	permit := ch.Permit
 	defer func() { permit.Release() }()
@@ -165,7 +165,7 @@ func (c *Client) plan(ch Change) ([]group, error) {
 		del := &api.TxnOp{Service: &api.ServiceTxnOp{
 			Verb: api.ServiceDeleteCAS, Node: r.Node,
 			Service: api.AgentService{ID: r.ID, Service: r.Name, ModifyIndex: r.ServiceIndex,
-				Namespace: c.namespaceOf(r), Partition: c.opts.Scope.normal().Partition},
+				Namespace: c.namespaceOf(r), Partition: c.opts.Scope.Normal().Partition},
 		}}
 		if registering[r.ID] {
 			moving[r.ID] = del
@@ -256,7 +256,7 @@ func (c *Client) serviceOp(node string, in Instance, index uint64) *api.TxnOp {
 		Service: api.AgentService{
 			ID: in.ID, Service: in.Name, Address: in.Address, Port: in.Port,
 			Tags: in.Tags, Meta: in.Meta, ModifyIndex: index, Weights: weights(in.Weight),
-			Namespace: c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.normal().Partition,
+			Namespace: c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.Normal().Partition,
 		},
 	}}
 }
@@ -269,7 +269,7 @@ func (c *Client) checkOp(node string, in Instance, index uint64) *api.TxnOp {
 			Status: in.Check.Status, Output: in.Check.Output,
 			ServiceID: in.ID, ServiceName: in.Name, Type: "kubernetes",
 			ModifyIndex: index,
-			Namespace:   c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.normal().Partition,
+			Namespace:   c.opts.Scope.NamespaceOf(in), Partition: c.opts.Scope.Normal().Partition,
 		},
 	}}
 }

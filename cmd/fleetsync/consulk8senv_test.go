@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/claim"
 )
 
 // TestConsulK8sEnvPrecedence: consul-k8s's variables fill what neither a
@@ -128,7 +129,7 @@ func TestConsulK8sEnvTLS(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _, err = conn.ReadClaim(ctx, "fleetsync/clusters", "east")
+		_, _, err = claim.Read(ctx, conn.API(), "fleetsync/clusters", "east")
 		return err
 	}
 	if err := read(env); err != nil || hits != 1 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/budget"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
@@ -240,10 +241,10 @@ func preferProtobuf(c *rest.Config) {
 // claimClusterID claims the cluster id before anything is written, retrying
 // while Kubernetes or Consul cannot be reached. It returns an error only when
 // another Kubernetes cluster has the id, and nil, nil when ctx ends first.
-func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consul.Conn, scope consul.Scope, log hclog.Logger) (*consul.Claim, error) {
+func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consul.Conn, scope consul.Scope, log hclog.Logger) (*claim.Claim, error) {
 	holder, _ := os.Hostname()
 	kubeUID := func(ctx context.Context) (string, error) { return k8s.ClusterUID(ctx, kube) }
-	return conn.ClaimClusterIDRetrying(ctx, kubeUID, consul.ClaimOptions{
+	return claim.ClusterIDRetrying(ctx, conn, kubeUID, claim.Options{
 		Prefix: cfg.ClaimPrefix, ClusterID: cfg.ClusterID, Holder: holder,
 		Takeover: cfg.Takeover, Log: log.Named("claim"), RequestTimeout: cfg.ConsulTimeout, Scope: scope,
 	}, log)

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -48,7 +48,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fleetsync purge:", err)
 		return 1
 	}
-	p := conn.NewPurger(cluster, cfg.ClaimPrefix)
+	p := admin.NewPurger(conn, cluster, cfg.ClaimPrefix)
 	plan, err := p.Plan(ctx)
 	if err == nil {
 		err = plan.Refusal()
@@ -70,7 +70,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func writePurgePlan(w io.Writer, plan consul.PurgePlan, yes bool) {
+func writePurgePlan(w io.Writer, plan admin.PurgePlan, yes bool) {
 	c := plan.Cluster
 	if !plan.NodeFound {
 		if plan.RemovesClaim() {
@@ -110,7 +110,7 @@ func writePurgePlan(w io.Writer, plan consul.PurgePlan, yes bool) {
 	}
 }
 
-func writeNodeFate(w io.Writer, plan consul.PurgePlan, done bool) {
+func writeNodeFate(w io.Writer, plan admin.PurgePlan, done bool) {
 	c := plan.Cluster
 	if plan.RemovesNode() {
 		if !done {
@@ -140,13 +140,13 @@ func writeNodeFate(w io.Writer, plan consul.PurgePlan, done bool) {
 		verb, plan.NodeNames(), len(kept), c.ID(), it, strings.Join(kept, "; "))
 }
 
-func writePurgeResult(w io.Writer, res consul.PurgeResult) {
+func writePurgeResult(w io.Writer, res admin.PurgeResult) {
 	if res.Deregistered > 0 || res.Kept.NodeFound || len(res.NodesRemoved) > 0 {
 		fmt.Fprintf(w, "Deregistered %d instances of %d services of cluster %s (%d transactions).\n",
 			res.Deregistered, res.Services, res.Cluster.ID(), res.Txns)
 	}
 	if len(res.NodesRemoved) > 0 {
-		fmt.Fprintf(w, "Deregistered %s.\n", consul.PurgePlan{Cluster: res.Cluster, Nodes: res.NodesRemoved}.NodeNames())
+		fmt.Fprintf(w, "Deregistered %s.\n", admin.PurgePlan{Cluster: res.Cluster, Nodes: res.NodesRemoved}.NodeNames())
 	}
 	for _, name := range res.NodesGone {
 		fmt.Fprintf(w, "Node %s was deleted by someone else meanwhile.\n", name)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -27,30 +29,30 @@ func TestWritePurgePlan(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		plan consul.PurgePlan
+		plan admin.PurgePlan
 		yes  bool
 		want string
 	}{
-		{name: "dry run, node goes", plan: consul.PurgePlan{Cluster: east, NodeFound: true, Owned: ours}, want: `Would deregister 3 instances of 2 services carrying cluster east's mark, from node k8s-east:
+		{name: "dry run, node goes", plan: admin.PurgePlan{Cluster: east, NodeFound: true, Owned: ours}, want: `Would deregister 3 instances of 2 services carrying cluster east's mark, from node k8s-east:
   SERVICE  INSTANCES
   db       1
   web      2
 Would then deregister node k8s-east: nothing else is on it.
 Dry run: nothing changed. Stop every fleetsync running with --cluster-id=east, then run again with --yes.
 `},
-		{name: "dry run, node stays", plan: consul.PurgePlan{Cluster: east, NodeFound: true, Owned: ours[2:], Foreign: []consul.Registered{unmarked}, NodeChecks: []string{"maint"}},
+		{name: "dry run, node stays", plan: admin.PurgePlan{Cluster: east, NodeFound: true, Owned: ours[2:], Foreign: []consul.Registered{unmarked}, NodeChecks: []string{"maint"}},
 			want: `Would deregister 1 instances of 1 services carrying cluster east's mark, from node k8s-east:
   SERVICE  INSTANCES
   db       1
 Would keep node k8s-east: 2 entries without cluster east's mark stay on it (service web id by-hand; node check maint).
 Dry run: nothing changed. Stop every fleetsync running with --cluster-id=east, then run again with --yes.
 `},
-		{name: "yes", plan: consul.PurgePlan{Cluster: east, NodeFound: true, Owned: ours[2:]}, yes: true,
+		{name: "yes", plan: admin.PurgePlan{Cluster: east, NodeFound: true, Owned: ours[2:]}, yes: true,
 			want: `Deregistering 1 instances of 1 services carrying cluster east's mark, from node k8s-east:
   SERVICE  INSTANCES
   db       1
 `},
-		{name: "no node", plan: consul.PurgePlan{Cluster: east}, want: "Node k8s-east is not in Consul: cluster east has nothing to purge.\n"},
+		{name: "no node", plan: admin.PurgePlan{Cluster: east}, want: "Node k8s-east is not in Consul: cluster east has nothing to purge.\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,17 +67,17 @@ Dry run: nothing changed. Stop every fleetsync running with --cluster-id=east, t
 
 func TestWritePurgeResult(t *testing.T) {
 	var b bytes.Buffer
-	writePurgeResult(&b, consul.PurgeResult{Cluster: east, Deregistered: 3, Services: 2, Txns: 1, NodesRemoved: []string{"k8s-east"},
-		Kept: consul.PurgePlan{Cluster: east, NodeFound: true, Nodes: []string{"k8s-east"}}})
+	writePurgeResult(&b, admin.PurgeResult{Cluster: east, Deregistered: 3, Services: 2, Txns: 1, NodesRemoved: []string{"k8s-east"},
+		Kept: admin.PurgePlan{Cluster: east, NodeFound: true, Nodes: []string{"k8s-east"}}})
 	if want := "Deregistered 3 instances of 2 services of cluster east (1 transactions).\nDeregistered node k8s-east.\n"; b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}
 	b.Reset()
-	claim := &consul.ClaimValue{ClusterID: "east"}
-	writePurgeResult(&b, consul.PurgeResult{Cluster: east, Deregistered: 2, Services: 1, Txns: 1,
+	claim := &claim.Value{ClusterID: "east"}
+	writePurgeResult(&b, admin.PurgeResult{Cluster: east, Deregistered: 2, Services: 1, Txns: 1,
 		NodesRemoved: []string{"k8s-east", "k8s-east.2"}, NodesGone: []string{"k8s-east.3"},
-		NodesKept: []consul.KeptNode{{Node: "k8s-east.1", Why: "service web id by-hand registered on it after purge read it"}},
-		Kept:      consul.PurgePlan{Cluster: east, NodeFound: true, Nodes: []string{"k8s-east", "k8s-east.1", "k8s-east.2", "k8s-east.3"}, Claim: claim}})
+		NodesKept: []admin.KeptNode{{Node: "k8s-east.1", Why: "service web id by-hand registered on it after purge read it"}},
+		Kept:      admin.PurgePlan{Cluster: east, NodeFound: true, Nodes: []string{"k8s-east", "k8s-east.1", "k8s-east.2", "k8s-east.3"}, Claim: claim}})
 	if want := "Deregistered 2 instances of 1 services of cluster east (1 transactions).\n" +
 		"Deregistered nodes k8s-east, k8s-east.2.\n" +
 		"Node k8s-east.3 was deleted by someone else meanwhile.\n" +
@@ -84,8 +86,8 @@ func TestWritePurgeResult(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 	b.Reset()
-	kept := consul.PurgePlan{Cluster: east, NodeFound: true, Foreign: []consul.Registered{{Instance: consul.Instance{ID: "by-hand", Name: "web"}}}}
-	writePurgeResult(&b, consul.PurgeResult{Cluster: east, Deregistered: 1, Services: 1, Txns: 1, Kept: kept})
+	kept := admin.PurgePlan{Cluster: east, NodeFound: true, Foreign: []consul.Registered{{Instance: consul.Instance{ID: "by-hand", Name: "web"}}}}
+	writePurgeResult(&b, admin.PurgeResult{Cluster: east, Deregistered: 1, Services: 1, Txns: 1, Kept: kept})
 	if want := "Deregistered 1 instances of 1 services of cluster east (1 transactions).\nKept node k8s-east: 1 entries without cluster east's mark stay on it (service web id by-hand).\n"; b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}
@@ -93,19 +95,19 @@ func TestWritePurgeResult(t *testing.T) {
 
 // TestPurgeClaimText: what purge prints about the released claim.
 func TestPurgeClaimText(t *testing.T) {
-	claim := &consul.ClaimValue{ClusterID: "east", KubeUID: "uid-1", Holder: "pod-1"}
+	claim := &claim.Value{ClusterID: "east", KubeUID: "uid-1", Holder: "pod-1"}
 	var b bytes.Buffer
-	writePurgePlan(&b, consul.PurgePlan{Cluster: east, NodeFound: true, Claim: claim}, false)
+	writePurgePlan(&b, admin.PurgePlan{Cluster: east, NodeFound: true, Claim: claim}, false)
 	if !strings.Contains(b.String(), "Would then deregister node k8s-east: nothing else is on it.\nWould then remove the released claim of cluster id east.\n") {
 		t.Errorf("plan:\n%s", b.String())
 	}
 	b.Reset()
-	writePurgePlan(&b, consul.PurgePlan{Cluster: east, Claim: claim}, false)
+	writePurgePlan(&b, admin.PurgePlan{Cluster: east, Claim: claim}, false)
 	if b.String() != "Node k8s-east is not in Consul; would remove the released claim of cluster id east.\n" {
 		t.Errorf("plan without node: %q", b.String())
 	}
 	b.Reset()
-	writePurgeResult(&b, consul.PurgeResult{Cluster: east, ClaimRemoved: "fleetsync/clusters/east"})
+	writePurgeResult(&b, admin.PurgeResult{Cluster: east, ClaimRemoved: "fleetsync/clusters/east"})
 	if b.String() != "Removed claim fleetsync/clusters/east: the cluster id is free for another Kubernetes cluster.\n" {
 		t.Errorf("result: %q", b.String())
 	}

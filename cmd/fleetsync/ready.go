@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/supervisor"
 )
 
@@ -20,13 +20,13 @@ type readiness struct {
 		Reachable(grace time.Duration) (bool, string)
 	}
 	grace time.Duration
-	claim atomic.Pointer[consul.Claim]
+	claim atomic.Pointer[claim.Claim]
 	// shards is the shard manager (nil unless --shards > 1): not ready
 	// until its first reconcile after bootstrap.
 	shards interface{ Ready() (bool, string) }
 }
 
-func (r *readiness) setClaim(c *consul.Claim) { r.claim.Store(c) }
+func (r *readiness) setClaim(c *claim.Claim) { r.claim.Store(c) }
 
 // check reports whether the daemon is ready and, if not, why.
 func (r *readiness) check() (bool, string) {

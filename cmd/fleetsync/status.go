@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -111,7 +111,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fleetsync status:", err)
 		return 1
 	}
-	inv, err := conn.Inventory(ctx, cfg.ClaimPrefix, ownership.Finder{})
+	inv, err := admin.Inspect(ctx, conn, cfg.ClaimPrefix, ownership.Finder{})
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync status:", err)
 		return 1
@@ -133,7 +133,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 // what it found there.
 type statusReport struct {
 	Consul string `json:"consul"`
-	consul.Inventory
+	admin.Inventory
 }
 
 func writeStatusJSON(w io.Writer, rep statusReport) error {
@@ -179,7 +179,7 @@ func writeStatusTable(w io.Writer, rep statusReport) error {
 	return nil
 }
 
-func claimText(c *consul.ClaimStatus) string {
+func claimText(c *admin.ClaimStatus) string {
 	if c == nil {
 		return "none"
 	}

@@ -8,21 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
+	"github.com/fleetsync/fleetsync/consul/claim"
 )
 
-var sampleReport = statusReport{Consul: "http://127.0.0.1:8500", Inventory: consul.Inventory{
+var sampleReport = statusReport{Consul: "http://127.0.0.1:8500", Inventory: admin.Inventory{
 	Index: 1300,
-	Clusters: []consul.ClusterInventory{
+	Clusters: []admin.ClusterInventory{
 		{ClusterID: "east", Node: "k8s-east", Services: 2, Instances: 5, Passing: 4, Warning: 1, Foreign: 1, LastWriteIndex: 1200,
 			InstancesByService: map[string]int{"web": 3, "db": 2}},
 		{ClusterID: "west-2", Node: "k8s-west-2", Services: 1, Instances: 2, Passing: 2, LastWriteIndex: 990,
-			InstancesByService: map[string]int{"web": 2}, Claim: &consul.ClaimStatus{Held: true,
-				ClaimValue: consul.ClaimValue{ClusterID: "west-2", KubeUID: "7d4c", Holder: "fleetsync-5f6d-x2", ClaimedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}},
-		{ClusterID: "gone", InstancesByService: map[string]int{}, Claim: &consul.ClaimStatus{
-			ClaimValue: consul.ClaimValue{ClusterID: "gone", KubeUID: "91ab", Holder: "fleetsync-77-q"}}},
+			InstancesByService: map[string]int{"web": 2}, Claim: &admin.ClaimStatus{Held: true,
+				Value: claim.Value{ClusterID: "west-2", KubeUID: "7d4c", Holder: "fleetsync-5f6d-x2", ClaimedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}},
+		{ClusterID: "gone", InstancesByService: map[string]int{}, Claim: &admin.ClaimStatus{
+			Value: claim.Value{ClusterID: "gone", KubeUID: "91ab", Holder: "fleetsync-77-q"}}},
 	},
-	Others: []consul.OtherNode{{Node: "k8s-sync", Entries: 12}},
+	Others: []admin.OtherNode{{Node: "k8s-sync", Entries: 12}},
 }}
 
 func TestWriteStatusTable(t *testing.T) {
@@ -77,7 +78,7 @@ func TestWriteStatusJSON(t *testing.T) {
 	}
 	// Empty lists are [] (not null), so scripts can iterate without checks.
 	b.Reset()
-	_ = writeStatusJSON(&b, statusReport{Inventory: consul.Inventory{Clusters: []consul.ClusterInventory{}, Others: []consul.OtherNode{}}})
+	_ = writeStatusJSON(&b, statusReport{Inventory: admin.Inventory{Clusters: []admin.ClusterInventory{}, Others: []admin.OtherNode{}}})
 	if !strings.Contains(b.String(), `"clusters": []`) || !strings.Contains(b.String(), `"other_nodes": []`) {
 		t.Errorf("empty JSON: %s", b.String())
 	}

@@ -200,7 +200,7 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 }
 
 // limitGuard writes the limit's guard key and returns the op that checks
-// it is unchanged, shaped as fleetsync's claim guard (consul.Claim.Op).
+// it is unchanged, shaped as fleetsync's claim guard (claim.Claim.Op).
 func (b *bench) limitGuard() (*consulapi.TxnOp, error) {
 	const key = "fleetsync-bench/limit-guard"
 	kv := b.consul.Client.KV()

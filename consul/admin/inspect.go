@@ -1,4 +1,4 @@
-package consul
+package admin
 
 import (
 	"context"
@@ -7,32 +7,11 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/claim"
+	"github.com/fleetsync/fleetsync/ownership"
 )
-
-// ClusterOwner is the Owner of one cluster that also names itself and
-// proves a node is its own: package ownership's Cluster. The operator
-// reads and deletes (Inventory, Purger) take one, so that whether a node
-// or an entry is a cluster's is decided by package ownership alone.
-type ClusterOwner interface {
-	Owner
-	// ID is the cluster id.
-	ID() string
-	// NodeName is the name of the cluster's first node.
-	NodeName() string
-	// OwnsNode returns an error, naming the node and its meta, unless
-	// node (as read) is one of the cluster's nodes with its mark.
-	OwnsNode(node Node) error
-}
-
-// ClusterFinder says whose node a node is and which ids are cluster ids:
-// package ownership's Finder.
-type ClusterFinder interface {
-	// ClusterOf returns the cluster whose marked node node is; false
-	// for any other node.
-	ClusterOf(node Node) (ClusterOwner, bool)
-	// ValidClusterID reports whether id can be a cluster id.
-	ValidClusterID(id string) bool
-}
 
 // Inventory is every Kubernetes cluster fleetsync syncs into this Consul
 // (`fleetsync status`), as read.
@@ -63,7 +42,7 @@ type ClusterInventory struct {
 
 // ClaimStatus is a cluster id's claim and whether it is held.
 type ClaimStatus struct {
-	ClaimValue
+	claim.Value
 	Held bool `json:"held"` // a live session (a running fleetsync) holds it
 }
 
@@ -74,26 +53,26 @@ type OtherNode struct {
 	Entries int    `json:"entries"`
 }
 
-// Inventory lists every cluster in this Consul: each cluster's marked
+// Inspect lists every cluster in this Consul: each cluster's marked
 // nodes (find says whose a node is) with what is on them, and every
-// cluster id claimed under claimPrefix ("" for DefaultClaimPrefix), with
+// cluster id claimed under claimPrefix ("" for claim.DefaultPrefix), with
 // its claim. Read-only.
-func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterFinder) (Inventory, error) {
-	q := (&api.QueryOptions{NodeMeta: map[string]string{nodeMetaExternalSource: externalSourceK8s}}).WithContext(ctx)
-	nodes, meta, err := cn.api.Catalog().Nodes(q)
+func Inspect(ctx context.Context, cn *consul.Conn, claimPrefix string, find consul.ClusterFinder) (Inventory, error) {
+	q := (&api.QueryOptions{NodeMeta: map[string]string{ownership.MetaExternalSource: ownership.ExternalSource}}).WithContext(ctx)
+	nodes, meta, err := cn.API().Catalog().Nodes(q)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("list nodes with meta %s=%s: %w", nodeMetaExternalSource, externalSourceK8s, err)
+		return Inventory{}, fmt.Errorf("list nodes with meta %s=%s: %w", ownership.MetaExternalSource, ownership.ExternalSource, err)
 	}
 	inv := Inventory{Index: meta.LastIndex, Clusters: []ClusterInventory{}, Others: []OtherNode{}}
 	type found struct {
-		cluster ClusterOwner
+		cluster consul.ClusterOwner
 		index   uint64
 		nodes   int
 	}
 	var clusters []*found
 	byID := map[string]*found{}
 	for _, n := range nodes {
-		if cluster, ok := find.ClusterOf(Node{Name: n.Node, Address: n.Address, Meta: n.Meta}); ok {
+		if cluster, ok := find.ClusterOf(consul.Node{Name: n.Node, Address: n.Address, Meta: n.Meta}); ok {
 			f := byID[cluster.ID()]
 			if f == nil {
 				f = &found{cluster: cluster}
@@ -104,7 +83,7 @@ func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterF
 			f.nodes++
 			continue
 		}
-		list, _, err := cn.api.Catalog().NodeServiceList(n.Node, (&api.QueryOptions{}).WithContext(ctx))
+		list, _, err := cn.API().Catalog().NodeServiceList(n.Node, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return Inventory{}, fmt.Errorf("read services of node %s: %w", n.Node, err)
 		}
@@ -116,7 +95,7 @@ func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterF
 	}
 	seen := map[string]bool{}
 	for _, f := range clusters {
-		entries, err := cn.NewClient(f.cluster, Options{}).ReadNode(ctx)
+		entries, err := cn.NewClient(f.cluster, consul.Options{}).ReadNode(ctx)
 		if err != nil {
 			return Inventory{}, err
 		}
@@ -127,7 +106,7 @@ func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterF
 	}
 	// Claimed ids without a node (nothing written yet, or purged) are
 	// clusters too.
-	ids, err := cn.claimedIDs(ctx, claimPrefix)
+	ids, err := claimedIDs(ctx, cn, claimPrefix)
 	if err != nil {
 		return Inventory{}, err
 	}
@@ -138,12 +117,12 @@ func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterF
 	}
 	for i := range inv.Clusters {
 		c := &inv.Clusters[i]
-		v, held, err := ReadClaim(ctx, cn.api, claimPrefix, c.ClusterID)
+		v, held, err := claim.Read(ctx, cn.API(), claimPrefix, c.ClusterID)
 		if err != nil {
 			return Inventory{}, fmt.Errorf("read the claim of cluster %s: %w", c.ClusterID, err)
 		}
 		if v != nil {
-			c.Claim = &ClaimStatus{ClaimValue: *v, Held: held}
+			c.Claim = &ClaimStatus{Value: *v, Held: held}
 		}
 	}
 	sort.Slice(inv.Clusters, func(i, j int) bool { return inv.Clusters[i].ClusterID < inv.Clusters[j].ClusterID })
@@ -152,12 +131,12 @@ func (cn *Conn) Inventory(ctx context.Context, claimPrefix string, find ClusterF
 }
 
 // claimedIDs lists the cluster ids that have a claim key under prefix.
-func (cn *Conn) claimedIDs(ctx context.Context, prefix string) ([]string, error) {
+func claimedIDs(ctx context.Context, cn *consul.Conn, prefix string) ([]string, error) {
 	if prefix == "" {
-		prefix = DefaultClaimPrefix
+		prefix = claim.DefaultPrefix
 	}
 	prefix = strings.TrimSuffix(prefix, "/") + "/"
-	keys, _, err := cn.api.KV().Keys(prefix, "/", (&api.QueryOptions{}).WithContext(ctx))
+	keys, _, err := cn.API().KV().Keys(prefix, "/", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("list cluster-id claims under %s: %w", prefix, err)
 	}
@@ -172,7 +151,7 @@ func (cn *Conn) claimedIDs(ctx context.Context, prefix string) ([]string, error)
 
 // summarize counts what is on one cluster's nodes: entries the cluster
 // owns by their check's status, the others as foreign.
-func summarize(c ClusterOwner, nodeIndex uint64, entries []Registered) ClusterInventory {
+func summarize(c consul.ClusterOwner, nodeIndex uint64, entries []consul.Registered) ClusterInventory {
 	s := ClusterInventory{ClusterID: c.ID(), Node: c.NodeName(), LastWriteIndex: nodeIndex, InstancesByService: map[string]int{}}
 	for _, e := range entries {
 		s.LastWriteIndex = max(s.LastWriteIndex, e.ServiceIndex, e.CheckIndex)
@@ -186,11 +165,11 @@ func summarize(c ClusterOwner, nodeIndex uint64, entries []Registered) ClusterIn
 			continue
 		}
 		switch e.Check.Status {
-		case StatusPassing:
+		case consul.StatusPassing:
 			s.Passing++
-		case StatusWarning:
+		case consul.StatusWarning:
 			s.Warning++
-		case StatusCritical:
+		case consul.StatusCritical:
 			s.Critical++
 		}
 	}

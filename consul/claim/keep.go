@@ -1,4 +1,4 @@
-package consul
+package claim
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // verify reads the claim and decides: still ours (index updated; the lock
@@ -21,7 +19,7 @@ func (cl *Claim) verify(ctx context.Context) error {
 	}
 	wasLost := cl.state.Load().lost != ""
 	if pair != nil {
-		var have ClaimValue
+		var have Value
 		if err := json.Unmarshal(pair.Value, &have); err != nil {
 			return cl.lose(fmt.Sprintf("cluster id %q: claim key %s holds %q, not a fleetsync claim: writing nothing until it is a claim of this Kubernetes cluster again or removed", cl.value.ClusterID, cl.key, truncate(string(pair.Value), 80)), "")
 		}
@@ -60,11 +58,11 @@ func (cl *Claim) lose(msg, other string) error {
 		cl.log.Error("Cluster-id claim lost to another Kubernetes cluster; every write stops", "key", cl.key, "kube_uid", other, "why", msg)
 	}
 	cl.setLost(msg)
-	return &ClaimLostError{Msg: msg}
+	return &LostError{Msg: msg}
 }
 
 // Keep renews the session, re-creates it when Consul lost it, and re-checks
-// the claim every ClaimOptions.CheckInterval, until ctx is done or the
+// the claim every Options.CheckInterval, until ctx is done or the
 // claim is Released; it returns nil then (a lost claim is no error of
 // Keep's: Held and every write refuse while it lasts, and writing resumes
 // when the claim names this cluster again). Run it once, in the process's
@@ -96,7 +94,7 @@ func (cl *Claim) Keep(ctx context.Context) error {
 		case <-t.C:
 		}
 		cl.renew(ctx)
-		if err := cl.verify(ctx); err != nil && !errors.Is(err, ErrClaimLost) && ctx.Err() == nil {
+		if err := cl.verify(ctx); err != nil && !errors.Is(err, ErrLost) && ctx.Err() == nil {
 			cl.log.Warn("Cannot check the cluster-id claim", "error", err)
 		}
 	}
@@ -112,7 +110,7 @@ func (cl *Claim) renew(ctx context.Context) {
 func (cl *Claim) renewLocked(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
-	entry, _, err := cl.api.Session().Renew(cl.session, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
+	entry, _, err := cl.api.Session().Renew(cl.session, kvWrite(cl.scope).WithContext(rctx))
 	if err != nil {
 		if ctx.Err() == nil {
 			cl.log.Warn("Cannot renew the cluster-id claim session", "error", err)

@@ -1,4 +1,4 @@
-package consul
+package admin
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul"
 )
 
 // nodeCatalog is the part of the Consul API that a Purger reads nodes
@@ -46,7 +48,7 @@ type nodeFate struct {
 // transaction with service ops alone, a registration with SkipNodeUpdate)
 // between that read and the delete goes unseen. It returns an error only
 // when Consul cannot be asked.
-func removeNode(ctx context.Context, nc nodeCatalog, c ClusterOwner, node *api.Node) (nodeFate, error) {
+func removeNode(ctx context.Context, nc nodeCatalog, c consul.ClusterOwner, node *api.Node) (nodeFate, error) {
 	name := node.Node
 	if err := ownsNode(c, node); err != nil {
 		return nodeFate{why: err.Error()}, nil
@@ -114,7 +116,7 @@ func readNode(ctx context.Context, nc nodeCatalog, name string) (*api.CatalogNod
 
 // nodeInUse says why the node read as now must stay ("" when it may go):
 // not at the fenced index, no longer marked, or not empty.
-func nodeInUse(ctx context.Context, nc nodeCatalog, c ClusterOwner, now *api.CatalogNode, index uint64) (string, error) {
+func nodeInUse(ctx context.Context, nc nodeCatalog, c consul.ClusterOwner, now *api.CatalogNode, index uint64) (string, error) {
 	if now.Node.ModifyIndex != index {
 		return "it was written to while purge was deleting it, so it is left as it is", nil
 	}

@@ -1,4 +1,4 @@
-package consul
+package admin
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -30,28 +32,28 @@ const purgeConflictRounds = 5
 type Purger struct {
 	api         *api.Client
 	nodes       nodeCatalog
-	cluster     ClusterOwner
-	store       *Client
+	cluster     consul.ClusterOwner
+	store       *consul.Client
 	claimPrefix string
 }
 
 // NewPurger returns a purger of cluster c, whose claim is under
-// claimPrefix ("" for DefaultClaimPrefix).
-func (cn *Conn) NewPurger(c ClusterOwner, claimPrefix string) *Purger {
-	return &Purger{api: cn.api, nodes: wire.API{C: cn.api}, cluster: c, store: cn.NewClient(c, Options{}), claimPrefix: claimPrefix}
+// claimPrefix ("" for claim.DefaultPrefix).
+func NewPurger(cn *consul.Conn, c consul.ClusterOwner, claimPrefix string) *Purger {
+	return &Purger{api: cn.API(), nodes: wire.API{C: cn.API()}, cluster: c, store: cn.NewClient(c, consul.Options{}), claimPrefix: claimPrefix}
 }
 
 // PurgePlan is what a purge found on a cluster's nodes.
 type PurgePlan struct {
-	Cluster    ClusterOwner
+	Cluster    consul.ClusterOwner
 	NodeFound  bool
-	Nodes      []string     // the cluster's marked nodes found
-	nodes      []*api.Node  // the same, as read (their ModifyIndex makes the node delete conditional)
-	Owned      []Registered // carrying the mark: to deregister
-	Foreign    []Registered // without the mark: kept, and they keep the node
-	NodeChecks []string     // node-level checks: kept, and they keep the node
-	Claim      *ClaimValue  // the id's claim in Consul KV, if any
-	ClaimHeld  bool         // a live session (a running fleetsync) holds it
+	Nodes      []string            // the cluster's marked nodes found
+	nodes      []*api.Node         // the same, as read (their ModifyIndex makes the node delete conditional)
+	Owned      []consul.Registered // carrying the mark: to deregister
+	Foreign    []consul.Registered // without the mark: kept, and they keep the node
+	NodeChecks []string            // node-level checks: kept, and they keep the node
+	Claim      *claim.Value        // the id's claim in Consul KV, if any
+	ClaimHeld  bool                // a live session (a running fleetsync) holds it
 }
 
 // Refusal is why the purge must not run at all: the id's claim is held, so
@@ -90,7 +92,7 @@ func (p PurgePlan) NodeNames() string {
 // ByService counts the owned instances per Consul service name.
 func (p PurgePlan) ByService() map[string]int { return countByService(p.Owned) }
 
-func countByService(entries []Registered) map[string]int {
+func countByService(entries []consul.Registered) map[string]int {
 	m := map[string]int{}
 	for _, e := range entries {
 		m[e.Name]++
@@ -101,7 +103,7 @@ func countByService(entries []Registered) map[string]int {
 // newPurgePlan sorts the nodes' entries by ownership. It refuses a node
 // that does not carry the cluster's mark: it is someone else's, whatever
 // its name says.
-func newPurgePlan(c ClusterOwner, nodes []*api.Node, entries []Registered, checks api.HealthChecks) (PurgePlan, error) {
+func newPurgePlan(c consul.ClusterOwner, nodes []*api.Node, entries []consul.Registered, checks api.HealthChecks) (PurgePlan, error) {
 	plan := PurgePlan{Cluster: c}
 	if len(nodes) == 0 {
 		return plan, nil
@@ -136,8 +138,8 @@ func newPurgePlan(c ClusterOwner, nodes []*api.Node, entries []Registered, check
 
 // ownsNode asks the owner whether node, as read, is its own, and words a
 // no as a refusal.
-func ownsNode(c ClusterOwner, node *api.Node) error {
-	if err := c.OwnsNode(Node{Name: node.Node, Address: node.Address, Meta: node.Meta}); err != nil {
+func ownsNode(c consul.ClusterOwner, node *api.Node) error {
+	if err := c.OwnsNode(consul.Node{Name: node.Node, Address: node.Address, Meta: node.Meta}); err != nil {
 		return fmt.Errorf("refusing to touch %w", err)
 	}
 	return nil
@@ -147,7 +149,7 @@ func ownsNode(c ClusterOwner, node *api.Node) error {
 // returns an error (and sends nothing) for a node named like the
 // cluster's that does not carry its mark.
 func (p *Purger) Plan(ctx context.Context) (PurgePlan, error) {
-	claim, held, err := ReadClaim(ctx, p.api, p.claimPrefix, p.cluster.ID())
+	claim, held, err := claim.Read(ctx, p.api, p.claimPrefix, p.cluster.ID())
 	if err != nil {
 		return PurgePlan{}, fmt.Errorf("read the claim of cluster %s: %w", p.cluster.ID(), err)
 	}
@@ -198,7 +200,7 @@ func (p *Purger) readNodes(ctx context.Context) ([]*api.Node, error) {
 
 // PurgeResult is what Execute did.
 type PurgeResult struct {
-	Cluster      ClusterOwner
+	Cluster      consul.ClusterOwner
 	Deregistered int
 	Services     int
 	Txns         int
@@ -222,14 +224,14 @@ type KeptNode struct {
 // (a fleetsync of the id still runs) or the claim is held meanwhile.
 func (p *Purger) Execute(ctx context.Context, plan PurgePlan) (PurgeResult, error) {
 	res := PurgeResult{Cluster: p.cluster, Services: len(plan.ByService())}
-	for round := 1; len(plan.Owned) > 0; round++ {
-		applied, err := p.store.Apply(ctx, Change{Deregister: plan.Owned})
+	for attempt := 1; len(plan.Owned) > 0; attempt++ {
+		applied, err := p.store.Apply(ctx, consul.Change{Deregister: plan.Owned})
 		res.Deregistered += applied.Deregistered
 		res.Txns += applied.Txns
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, ErrConflict) || round == purgeConflictRounds {
+		if !errors.Is(err, consul.ErrConflict) || attempt == purgeConflictRounds {
 			return res, fmt.Errorf("deregister instances of cluster %s: %w", p.cluster.ID(), err)
 		}
 		// Someone changed an entry since we read it: read again, and
@@ -283,7 +285,7 @@ func (p *Purger) Execute(ctx context.Context, plan PurgePlan) (PurgeResult, erro
 func (p *Purger) removeClaim(ctx context.Context) (string, error) {
 	prefix := p.claimPrefix
 	if prefix == "" {
-		prefix = DefaultClaimPrefix
+		prefix = claim.DefaultPrefix
 	}
 	key := strings.TrimSuffix(prefix, "/") + "/" + p.cluster.ID()
 	pair, _, err := p.api.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))

@@ -1,4 +1,4 @@
-package consul
+package claim
 
 import (
 	"context"
@@ -11,25 +11,25 @@ import (
 func TestClusterIDClaim(t *testing.T) {
 	a := needConsul(t)
 	ctx := t.Context()
-	opts := func(uid, holder string, takeover bool) ClaimOptions {
-		return ClaimOptions{ClusterID: "east", KubeUID: uid, Holder: holder, Takeover: takeover, TTL: 10 * time.Second}
+	opts := func(uid, holder string, takeover bool) Options {
+		return Options{ClusterID: "east", KubeUID: uid, Holder: holder, Takeover: takeover, TTL: 10 * time.Second}
 	}
-	first, err := ClaimClusterID(ctx, a.Client, opts("uid-1", "pod-a", false))
+	first, err := ClusterID(ctx, a.Client, opts("uid-1", "pod-a", false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, held, err := ReadClaim(ctx, a.Client, "", "east"); err != nil || !held || v.KubeUID != "uid-1" {
-		t.Fatalf("ReadClaim = %+v, held %v, %v", v, held, err)
+	if v, held, err := Read(ctx, a.Client, "", "east"); err != nil || !held || v.KubeUID != "uid-1" {
+		t.Fatalf("Read = %+v, held %v, %v", v, held, err)
 	}
 	// A second replica of the same Kubernetes cluster is fine.
-	replica, err := ClaimClusterID(ctx, a.Client, opts("uid-1", "pod-b", false))
+	replica, err := ClusterID(ctx, a.Client, opts("uid-1", "pod-b", false))
 	if err != nil {
 		t.Fatalf("replica of the same cluster refused: %v", err)
 	}
 	replica.Release()
 
 	// Another Kubernetes cluster with the same id is refused, and told why.
-	_, err = ClaimClusterID(ctx, a.Client, opts("uid-2", "pod-x", false))
+	_, err = ClusterID(ctx, a.Client, opts("uid-2", "pod-x", false))
 	if !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("other cluster: err = %v, want ErrClaimedByOther", err)
 	}
@@ -39,19 +39,19 @@ func TestClusterIDClaim(t *testing.T) {
 		}
 	}
 	// Takeover is refused while the claim is held, allowed once released.
-	if _, err := ClaimClusterID(ctx, a.Client, opts("uid-2", "pod-x", true)); !errors.Is(err, ErrClaimedByOther) {
+	if _, err := ClusterID(ctx, a.Client, opts("uid-2", "pod-x", true)); !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("takeover of a held claim: err = %v", err)
 	}
 	first.Release()
-	if _, err := ClaimClusterID(ctx, a.Client, opts("uid-2", "pod-x", false)); !errors.Is(err, ErrClaimedByOther) {
+	if _, err := ClusterID(ctx, a.Client, opts("uid-2", "pod-x", false)); !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("released claim of another cluster: err = %v, want still refused", err)
 	}
-	second, err := ClaimClusterID(ctx, a.Client, opts("uid-2", "pod-x", true))
+	second, err := ClusterID(ctx, a.Client, opts("uid-2", "pod-x", true))
 	if err != nil {
 		t.Fatalf("takeover after release: %v", err)
 	}
 	defer second.Release()
-	if _, err := ClaimClusterID(ctx, a.Client, opts("uid-1", "pod-a", false)); !errors.Is(err, ErrClaimedByOther) {
+	if _, err := ClusterID(ctx, a.Client, opts("uid-1", "pod-a", false)); !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("the old cluster after a takeover: err = %v, want refused", err)
 	}
 }
@@ -65,24 +65,24 @@ func TestClusterIDClaim(t *testing.T) {
 func TestKeepSeesTheClaimTakenAndEndsWithItsContext(t *testing.T) {
 	a := needConsul(t)
 	ctx := t.Context()
-	opts := func(uid string, takeover bool) ClaimOptions {
-		return ClaimOptions{ClusterID: "kept", KubeUID: uid, Holder: "pod-" + uid, Takeover: takeover, TTL: 10 * time.Second, CheckInterval: 20 * time.Millisecond}
+	opts := func(uid string, takeover bool) Options {
+		return Options{ClusterID: "kept", KubeUID: uid, Holder: "pod-" + uid, Takeover: takeover, TTL: 10 * time.Second, CheckInterval: 20 * time.Millisecond}
 	}
-	cl, err := ClaimClusterID(ctx, a.Client, opts("uid-1", false))
+	cl, err := ClusterID(ctx, a.Client, opts("uid-1", false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	kctx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
 	go func() { kept <- cl.Keep(kctx) }()
-	pair, _, err := a.Client.KV().Get(DefaultClaimPrefix+"/kept", nil)
+	pair, _, err := a.Client.KV().Get(DefaultPrefix+"/kept", nil)
 	if err != nil || pair == nil || pair.Session == "" {
 		t.Fatalf("claim not held: %+v, %v", pair, err)
 	}
 	if _, err := a.Client.Session().Destroy(pair.Session, nil); err != nil {
 		t.Fatal(err)
 	}
-	other, err := ClaimClusterID(ctx, a.Client, opts("uid-2", true))
+	other, err := ClusterID(ctx, a.Client, opts("uid-2", true))
 	if err != nil {
 		t.Fatalf("takeover: %v", err)
 	}

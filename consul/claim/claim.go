@@ -1,4 +1,4 @@
-package consul
+package claim
 
 import (
 	"context"
@@ -12,14 +12,16 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fleetsync/fleetsync/consul"
 )
 
-// DefaultClaimPrefix is where cluster-id claims live in Consul's KV store.
-const DefaultClaimPrefix = "fleetsync/clusters"
+// DefaultPrefix is where cluster-id claims live in Consul's KV store.
+const DefaultPrefix = "fleetsync/clusters"
 
-// ClaimValue is the content of a claim key: which Kubernetes cluster uses a
+// Value is the content of a claim key: which Kubernetes cluster uses a
 // cluster id (the UID of its kube-system namespace).
-type ClaimValue struct {
+type Value struct {
 	ClusterID string    `json:"clusterID"`
 	KubeUID   string    `json:"kubernetesClusterUID"`
 	Holder    string    `json:"holder"`
@@ -30,18 +32,18 @@ type ClaimValue struct {
 // id belongs to another Kubernetes cluster.
 var ErrClaimedByOther = errors.New("cluster id claimed by another Kubernetes cluster")
 
-// ErrClaimLost is matched by the error Apply returns (and Claim.Op) when
+// ErrLost is matched by the error Apply returns (and Claim.Op) when
 // the cluster id's claim names another Kubernetes cluster now: this process
 // must not write, above all not delete, since the other cluster's instances
 // carry the same mark.
-var ErrClaimLost = errors.New("cluster-id claim lost to another Kubernetes cluster")
+var ErrLost = errors.New("cluster-id claim lost to another Kubernetes cluster")
 
-// ClaimLostError says who holds the claim now.
-type ClaimLostError struct{ Msg string }
+// LostError says who holds the claim now.
+type LostError struct{ Msg string }
 
-func (e *ClaimLostError) Error() string { return e.Msg }
-func (e *ClaimLostError) Is(target error) bool {
-	return target == ErrClaimLost || target == ErrRefused
+func (e *LostError) Error() string { return e.Msg }
+func (e *LostError) Is(target error) bool {
+	return target == ErrLost || target == consul.ErrRefused
 }
 
 // Claim is a held claim of a cluster id: a KV key under the prefix, locked
@@ -62,10 +64,10 @@ func (e *ClaimLostError) Is(target error) bool {
 type Claim struct {
 	api     *api.Client
 	key     string
-	value   ClaimValue
+	value   Value
 	ttl     time.Duration
 	timeout time.Duration
-	scope   Scope
+	scope   consul.Scope
 	log     hclog.Logger
 	// interval is Keep's period; done is closed by Release, which then
 	// waits for a Keep that started (kept closed when it ends).
@@ -97,37 +99,37 @@ func (cl *Claim) setLost(why string) {
 	cl.state.Store(&st)
 }
 
-// ClaimOptions say what to claim.
-type ClaimOptions struct {
-	Prefix    string // default DefaultClaimPrefix
+// Options say what to claim.
+type Options struct {
+	Prefix    string // default DefaultPrefix
 	ClusterID string
 	KubeUID   string
 	Holder    string // e.g. the pod name
 	Takeover  bool   // overwrite another cluster's claim when no live session holds it
 	TTL       time.Duration
-	// RequestTimeout bounds each request (default DefaultRequestTimeout).
+	// RequestTimeout bounds each request (default consul.DefaultRequestTimeout).
 	RequestTimeout time.Duration
 	// CheckInterval is how often the claim is renewed and re-checked
 	// (default min(TTL/2, 5s)).
 	CheckInterval time.Duration
 	Log           hclog.Logger
 	// Scope puts the key and its session in a namespace and partition
-	// (Consul Enterprise; see Scope).
-	Scope Scope
+	// (Consul Enterprise; see consul.Scope).
+	Scope consul.Scope
 }
 
-// ClaimClusterID claims opts.ClusterID for opts.KubeUID or explains who has
+// ClusterID claims opts.ClusterID for opts.KubeUID or explains who has
 // it. The caller runs the returned Claim's Keep (renewal and re-checks)
 // and must Release it.
-func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Claim, error) {
+func ClusterID(ctx context.Context, c *api.Client, opts Options) (*Claim, error) {
 	if opts.Prefix == "" {
-		opts.Prefix = DefaultClaimPrefix
+		opts.Prefix = DefaultPrefix
 	}
 	if opts.TTL <= 0 {
 		opts.TTL = 30 * time.Second
 	}
 	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = DefaultRequestTimeout
+		opts.RequestTimeout = consul.DefaultRequestTimeout
 	}
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = min(opts.TTL/2, 5*time.Second)
@@ -136,9 +138,9 @@ func ClaimClusterID(ctx context.Context, c *api.Client, opts ClaimOptions) (*Cla
 		opts.Log = hclog.NewNullLogger()
 	}
 	key := strings.TrimSuffix(opts.Prefix, "/") + "/" + opts.ClusterID
-	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.normal(),
+	cl := &Claim{api: c, key: key, ttl: opts.TTL, timeout: opts.RequestTimeout, log: opts.Log, scope: opts.Scope.Normal(),
 		done: make(chan struct{}), kept: make(chan struct{}),
-		value: ClaimValue{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
+		value: Value{ClusterID: opts.ClusterID, KubeUID: opts.KubeUID, Holder: opts.Holder, ClaimedAt: time.Now().UTC()}}
 	cl.state.Store(&claimState{})
 	if err := cl.newSession(ctx); err != nil {
 		return nil, err
@@ -160,7 +162,7 @@ func (cl *Claim) newSession(ctx context.Context) error {
 	session, _, err := cl.api.Session().Create(&api.SessionEntry{
 		Name: "fleetsync " + cl.value.ClusterID + " " + cl.value.Holder, TTL: cl.ttl.String(),
 		Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond,
-	}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
+	}, kvWrite(cl.scope).WithContext(rctx))
 	if err != nil {
 		return fmt.Errorf("claim cluster id %q: create consul session: %w", cl.value.ClusterID, err)
 	}
@@ -171,7 +173,7 @@ func (cl *Claim) newSession(ctx context.Context) error {
 func (cl *Claim) destroySession() {
 	ctx, cancel := context.WithTimeout(context.Background(), cl.timeout)
 	defer cancel()
-	if _, err := cl.api.Session().Destroy(cl.session, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(ctx)); err != nil {
+	if _, err := cl.api.Session().Destroy(cl.session, kvWrite(cl.scope).WithContext(ctx)); err != nil {
 		cl.log.Warn("Cannot release the cluster-id claim session", "error", err)
 	}
 }
@@ -186,7 +188,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 			return err
 		}
 		if pair != nil {
-			var have ClaimValue
+			var have Value
 			if err := json.Unmarshal(pair.Value, &have); err != nil {
 				return fmt.Errorf("claim cluster id %q: key %s holds %q, not a fleetsync claim; remove it or choose another --claim-prefix", cl.value.ClusterID, cl.key, truncate(string(pair.Value), 80))
 			}
@@ -200,7 +202,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 				}
 				cl.log.Warn("Taking over a cluster id claimed by another Kubernetes cluster", "key", cl.key, "previous_kube_uid", have.KubeUID, "previous_holder", have.Holder)
 				rctx, cancel := context.WithTimeout(ctx, cl.timeout)
-				_, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
+				_, _, err := kv.CAS(&api.KVPair{Key: cl.key, Value: cl.encode(), ModifyIndex: pair.ModifyIndex}, kvWrite(cl.scope).WithContext(rctx))
 				cancel()
 				if err != nil {
 					return fmt.Errorf("claim cluster id %q: take over %s: %w", cl.value.ClusterID, cl.key, err)
@@ -218,7 +220,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, cl.timeout)
-		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, cl.scope.kvWrite(&api.WriteOptions{}).WithContext(rctx))
+		ok, _, err := kv.Acquire(&api.KVPair{Key: cl.key, Value: cl.encode(), Session: cl.session}, kvWrite(cl.scope).WithContext(rctx))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("claim cluster id %q: lock %s: %w", cl.value.ClusterID, cl.key, err)
@@ -234,7 +236,7 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
 	rctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
-	pair, _, err := cl.api.KV().Get(cl.key, cl.scope.kvQuery(&api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
+	pair, _, err := cl.api.KV().Get(cl.key, kvQuery(cl.scope, &api.QueryOptions{RequireConsistent: true}).WithContext(rctx))
 	if err != nil {
 		return nil, fmt.Errorf("claim cluster id %q: read %s: %w", cl.value.ClusterID, cl.key, err)
 	}
@@ -246,7 +248,7 @@ func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
 func (cl *Claim) Op() (*api.TxnOp, error) {
 	st := cl.state.Load()
 	if st.lost != "" {
-		return nil, &ClaimLostError{Msg: st.lost}
+		return nil, &LostError{Msg: st.lost}
 	}
 	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index,
 		Namespace: cl.scope.Namespace, Partition: cl.scope.Partition}}, nil
@@ -264,26 +266,26 @@ func (cl *Claim) Held() (bool, string) {
 }
 
 // Value returns what this process claimed.
-func (cl *Claim) Value() ClaimValue { return cl.value }
+func (cl *Claim) Value() Value { return cl.value }
 
 func (cl *Claim) encode() []byte {
 	b, _ := json.Marshal(cl.value)
 	return b
 }
 
-// ReadClaim returns the claim of cluster id and whether a live session holds
+// Read returns the claim of cluster id and whether a live session holds
 // it (for `fleetsync status` and `purge`); nil when there is none.
-func ReadClaim(ctx context.Context, c *api.Client, prefix, id string) (*ClaimValue, bool, error) {
+func Read(ctx context.Context, c *api.Client, prefix, id string) (*Value, bool, error) {
 	if prefix == "" {
-		prefix = DefaultClaimPrefix
+		prefix = DefaultPrefix
 	}
-	rctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, consul.DefaultRequestTimeout)
 	defer cancel()
 	pair, _, err := c.KV().Get(strings.TrimSuffix(prefix, "/")+"/"+id, (&api.QueryOptions{}).WithContext(rctx))
 	if err != nil || pair == nil {
 		return nil, false, err
 	}
-	var v ClaimValue
+	var v Value
 	if err := json.Unmarshal(pair.Value, &v); err != nil {
 		return nil, false, fmt.Errorf("claim of %q is not a fleetsync claim: %w", id, err)
 	}
@@ -302,4 +304,17 @@ func truncate(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// kvQuery is a read of the claim key in the scope's namespace and
+// partition (scope is normal).
+func kvQuery(scope consul.Scope, q *api.QueryOptions) *api.QueryOptions {
+	q.Namespace, q.Partition = scope.Namespace, scope.Partition
+	return q
+}
+
+// kvWrite is a write of the claim key or its session in the scope's
+// namespace and partition (scope is normal).
+func kvWrite(scope consul.Scope) *api.WriteOptions {
+	return &api.WriteOptions{Namespace: scope.Namespace, Partition: scope.Partition}
 }

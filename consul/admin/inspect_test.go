@@ -1,10 +1,11 @@
-package consul_test
+package admin_test
 
 import (
 	"encoding/json"
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
 )
 
 func TestSummarize(t *testing.T) {
@@ -19,15 +20,15 @@ func TestSummarize(t *testing.T) {
 		owned(east, "db", "10.0.0.4", "", 15, 0),
 		foreign, westOnEast,
 	}
-	got := consul.Summarize(east, 5, entries)
-	want := consul.ClusterInventory{ClusterID: "east", Node: "k8s-east", Services: 2, Instances: 4, Passing: 1, Warning: 1, Critical: 1,
+	got := admin.Summarize(east, 5, entries)
+	want := admin.ClusterInventory{ClusterID: "east", Node: "k8s-east", Services: 2, Instances: 4, Passing: 1, Warning: 1, Critical: 1,
 		Foreign: 2, LastWriteIndex: 96, InstancesByService: map[string]int{"web": 2, "db": 2}}
 	gotJSON, _ := json.Marshal(got)
 	wantJSON, _ := json.Marshal(want)
 	if string(gotJSON) != string(wantJSON) {
 		t.Errorf("summarize:\n got %s\nwant %s", gotJSON, wantJSON)
 	}
-	if s := consul.Summarize(east, 7, nil); s.LastWriteIndex != 7 || s.Instances != 0 || s.Services != 0 {
+	if s := admin.Summarize(east, 7, nil); s.LastWriteIndex != 7 || s.Instances != 0 || s.Services != 0 {
 		t.Errorf("empty node: %+v", s)
 	}
 }

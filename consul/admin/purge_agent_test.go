@@ -1,4 +1,4 @@
-package consul_test
+package admin_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -20,7 +22,7 @@ import (
 // both nodes and the released claim, and the cluster leaves the inventory.
 // Another cluster's instances are never touched.
 func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
-	agent := consul.Agent(t)
+	agent := admin.Agent(t)
 	ctx := t.Context()
 	east, err := ownership.New("purge-east")
 	must(t, err)
@@ -54,7 +56,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		Service: &api.AgentService{ID: "by-hand", Service: "svc-0", Address: "10.9.9.9", Port: 80}}, nil)
 	must(t, err)
 	// East's claim, held by a live session.
-	value, _ := json.Marshal(consul.ClaimValue{ClusterID: east.ID(), KubeUID: "uid-east", Holder: "pod-east"})
+	value, _ := json.Marshal(claim.Value{ClusterID: east.ID(), KubeUID: "uid-east", Holder: "pod-east"})
 	session, _, err := agent.Client.Session().Create(&api.SessionEntry{Behavior: api.SessionBehaviorRelease}, nil)
 	must(t, err)
 	key := prefix + "/" + east.ID()
@@ -62,7 +64,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		t.Fatalf("acquire %s: %t, %v", key, ok, err)
 	}
 
-	inv, err := conn.Inventory(ctx, prefix, ownership.Finder{})
+	inv, err := admin.Inspect(ctx, conn, prefix, ownership.Finder{})
 	must(t, err)
 	got := clusterIn(inv, east.ID())
 	if got == nil || got.Nodes != 2 || got.Instances != 6 || got.Services != 3 || got.Passing != 6 || got.Foreign != 1 ||
@@ -73,7 +75,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		t.Errorf("inventory of %s: %+v", west.ID(), w)
 	}
 
-	p := conn.NewPurger(east, prefix)
+	p := admin.NewPurger(conn, east, prefix)
 	plan, err := p.Plan(ctx)
 	must(t, err)
 	if err := plan.Refusal(); err == nil || !strings.Contains(err.Error(), `claimed by a running fleetsync (holder "pod-east"`) {
@@ -126,14 +128,14 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 	if len(left) != 1 || left[0].ID != theirs.ID || left[0].ServiceIndex == 0 {
 		t.Errorf("%s's instances after %s's purge: %+v", west.ID(), east.ID(), left)
 	}
-	inv, err = conn.Inventory(ctx, prefix, ownership.Finder{})
+	inv, err = admin.Inspect(ctx, conn, prefix, ownership.Finder{})
 	must(t, err)
 	if c := clusterIn(inv, east.ID()); c != nil {
 		t.Errorf("%s still in the inventory after the purge: %+v", east.ID(), c)
 	}
 }
 
-func clusterIn(inv consul.Inventory, id string) *consul.ClusterInventory {
+func clusterIn(inv admin.Inventory, id string) *admin.ClusterInventory {
 	for i := range inv.Clusters {
 		if inv.Clusters[i].ClusterID == id {
 			return &inv.Clusters[i]

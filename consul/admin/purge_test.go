@@ -1,4 +1,4 @@
-package consul_test
+package admin_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/admin"
+	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -49,19 +51,19 @@ func TestNewPurgePlan(t *testing.T) {
 		third.Node = east.NodeName() + ".3"
 		onThird := owned(east, "api", "10.0.0.3", consul.StatusPassing, 7, 8)
 		onThird.Node = third.Node
-		p, err := consul.NewPurgePlan(east, []*api.Node{third, markedNode(east)}, append([]consul.Registered{onThird}, ours...), nil)
+		p, err := admin.NewPurgePlan(east, []*api.Node{third, markedNode(east)}, append([]consul.Registered{onThird}, ours...), nil)
 		if err != nil || len(p.Owned) != 3 || !p.RemovesNode() || p.NodeNames() != "nodes k8s-east, k8s-east.3" {
 			t.Fatalf("plan %+v (%s), err %v", p, p.NodeNames(), err)
 		}
 		foreign := markedNode(west)
 		foreign.Node = east.NodeName() + ".5" // named like ours, marked as west's
-		if _, err := consul.NewPurgePlan(east, []*api.Node{markedNode(east), foreign}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east.5") {
+		if _, err := admin.NewPurgePlan(east, []*api.Node{markedNode(east), foreign}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east.5") {
 			t.Errorf("a node named like ours with west's mark: err = %v, want a refusal naming it", err)
 		}
 	})
 
 	t.Run("only ours: everything goes, node included", func(t *testing.T) {
-		p, err := consul.NewPurgePlan(east, []*api.Node{markedNode(east)}, ours, api.HealthChecks{serviceCheck})
+		p, err := admin.NewPurgePlan(east, []*api.Node{markedNode(east)}, ours, api.HealthChecks{serviceCheck})
 		if err != nil || !p.NodeFound || len(p.Owned) != 2 || len(p.Foreign) != 0 || !p.RemovesNode() {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
@@ -70,19 +72,19 @@ func TestNewPurgePlan(t *testing.T) {
 		}
 	})
 	t.Run("entries without our mark keep the node", func(t *testing.T) {
-		p, err := consul.NewPurgePlan(east, []*api.Node{markedNode(east)}, append([]consul.Registered{unmarked, westMarked}, ours...), nil)
+		p, err := admin.NewPurgePlan(east, []*api.Node{markedNode(east)}, append([]consul.Registered{unmarked, westMarked}, ours...), nil)
 		if err != nil || len(p.Owned) != 2 || len(p.Foreign) != 2 || p.RemovesNode() {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
 	})
 	t.Run("a node-level check keeps the node", func(t *testing.T) {
-		p, err := consul.NewPurgePlan(east, []*api.Node{markedNode(east)}, ours, api.HealthChecks{nodeCheck, serviceCheck})
+		p, err := admin.NewPurgePlan(east, []*api.Node{markedNode(east)}, ours, api.HealthChecks{nodeCheck, serviceCheck})
 		if err != nil || p.RemovesNode() || len(p.NodeChecks) != 1 || p.NodeChecks[0] != "serfHealth" {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
 	})
 	t.Run("no node: nothing to do", func(t *testing.T) {
-		p, err := consul.NewPurgePlan(east, nil, nil, nil)
+		p, err := admin.NewPurgePlan(east, nil, nil, nil)
 		if err != nil || p.NodeFound || p.RemovesNode() {
 			t.Fatalf("plan %+v, err %v", p, err)
 		}
@@ -94,7 +96,7 @@ func TestNewPurgePlan(t *testing.T) {
 			nil,
 		} {
 			n := &api.Node{Node: east.NodeName(), Meta: meta}
-			if _, err := consul.NewPurgePlan(east, []*api.Node{n}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east") {
+			if _, err := admin.NewPurgePlan(east, []*api.Node{n}, ours, nil); err == nil || !strings.Contains(err.Error(), "refusing to touch node k8s-east") {
 				t.Errorf("meta %v: err %v", meta, err)
 			}
 		}
@@ -103,18 +105,18 @@ func TestNewPurgePlan(t *testing.T) {
 
 func TestPurgeClaim(t *testing.T) {
 	east := mustCluster(t, "east")
-	claim := &consul.ClaimValue{ClusterID: "east", KubeUID: "uid-1", Holder: "pod-1"}
+	claim := &claim.Value{ClusterID: "east", KubeUID: "uid-1", Holder: "pod-1"}
 	cases := []struct {
 		name         string
-		plan         consul.PurgePlan
+		plan         admin.PurgePlan
 		refused      bool
 		removesClaim bool
 	}{
-		{"held claim refuses", consul.PurgePlan{Cluster: east, NodeFound: true, Claim: claim, ClaimHeld: true}, true, false},
-		{"released claim goes with the node", consul.PurgePlan{Cluster: east, NodeFound: true, Claim: claim}, false, true},
-		{"released claim stays while the node stays", consul.PurgePlan{Cluster: east, NodeFound: true, Claim: claim, NodeChecks: []string{"c"}}, false, false},
-		{"released claim of a cluster without node", consul.PurgePlan{Cluster: east, Claim: claim}, false, true},
-		{"no claim", consul.PurgePlan{Cluster: east, NodeFound: true}, false, false},
+		{"held claim refuses", admin.PurgePlan{Cluster: east, NodeFound: true, Claim: claim, ClaimHeld: true}, true, false},
+		{"released claim goes with the node", admin.PurgePlan{Cluster: east, NodeFound: true, Claim: claim}, false, true},
+		{"released claim stays while the node stays", admin.PurgePlan{Cluster: east, NodeFound: true, Claim: claim, NodeChecks: []string{"c"}}, false, false},
+		{"released claim of a cluster without node", admin.PurgePlan{Cluster: east, Claim: claim}, false, true},
+		{"no claim", admin.PurgePlan{Cluster: east, NodeFound: true}, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -264,7 +266,7 @@ func TestRemoveNode(t *testing.T) {
 		name    string
 		read    func(f *fakeNodes) *api.Node // the node as purge read it; default: as stored
 		before  func(*fakeNodes, string)
-		want    consul.NodeFate
+		want    admin.NodeFate
 		why     string       // substring of want.why
 		txns    []api.NodeOp // sent, in order
 		kept    bool         // the node is still there, without the fence
@@ -272,7 +274,7 @@ func TestRemoveNode(t *testing.T) {
 	}{
 		{
 			name: "marked, empty, unchanged: fenced, then deleted",
-			want: consul.NodeFate{Removed: true},
+			want: admin.NodeFate{Removed: true},
 			txns: []api.NodeOp{api.NodeCAS, api.NodeDeleteCAS},
 		},
 		{
@@ -322,12 +324,12 @@ func TestRemoveNode(t *testing.T) {
 		{
 			name:   "deleted by someone else before the fence",
 			before: once("first", func(f *fakeNodes) { f.deleteNode(mark.Node) }),
-			want:   consul.NodeFate{Gone: true}, txns: []api.NodeOp{api.NodeCAS},
+			want:   admin.NodeFate{Gone: true}, txns: []api.NodeOp{api.NodeCAS},
 		},
 		{
 			name:   "deleted by someone else after the fence",
 			before: once("read", func(f *fakeNodes) { f.deleteNode(mark.Node) }),
-			want:   consul.NodeFate{Gone: true}, txns: []api.NodeOp{api.NodeCAS},
+			want:   admin.NodeFate{Gone: true}, txns: []api.NodeOp{api.NodeCAS},
 		},
 	}
 	for _, tt := range tests {
@@ -339,7 +341,7 @@ func TestRemoveNode(t *testing.T) {
 			}
 			readCopy := *read
 			f.before = tt.before
-			got, err := consul.RemoveNode(context.Background(), f, east, &readCopy)
+			got, err := admin.RemoveNode(context.Background(), f, east, &readCopy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +359,7 @@ func TestRemoveNode(t *testing.T) {
 			switch {
 			case tt.kept && n == nil:
 				t.Errorf("node %s deleted", mark.Node)
-			case tt.kept && n.Meta[consul.PurgeFenceMeta] != "":
+			case tt.kept && n.Meta[admin.PurgeFenceMeta] != "":
 				t.Errorf("node %s kept with the fence on: %v", mark.Node, n.Meta)
 			case got.Removed && n != nil:
 				t.Errorf("removed, but node %s is still there: %+v", mark.Node, n)
