@@ -2,10 +2,8 @@ package consul
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,8 +16,8 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// shapeServer answers the catalog, health, txn, session and KV requests a
-// Client and a Claim make with well-formed empty or minimal results, and
+// shapeServer answers the catalog, health and txn requests a Client
+// makes with well-formed empty or minimal results, and
 // records each request: method, path, query and body. Consul Enterprise
 // cannot run here, so these shapes are what the namespace and partition
 // support is tested on.
@@ -27,7 +25,6 @@ type shapeServer struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	reqs []shapeReq
-	kv   []byte // the claim key's value once acquired
 }
 
 type shapeReq struct{ method, path, query, body string }
@@ -61,19 +58,6 @@ func newShapeServer(t *testing.T) *shapeServer {
 			_, _ = io.WriteString(w, `[]`)
 		case r.URL.Path == "/v1/txn":
 			_, _ = io.WriteString(w, `{"Results":[],"Errors":null}`)
-		case r.URL.Path == "/v1/session/create":
-			_, _ = io.WriteString(w, `{"ID":"sess-1"}`)
-		case strings.HasPrefix(r.URL.Path, "/v1/session/"):
-			_, _ = io.WriteString(w, `[{"ID":"sess-1"}]`)
-		case strings.HasPrefix(r.URL.Path, "/v1/kv/") && r.Method == http.MethodPut:
-			s.kv = b
-			_, _ = io.WriteString(w, `true`)
-		case strings.HasPrefix(r.URL.Path, "/v1/kv/"):
-			if s.kv == nil {
-				w.WriteHeader(http.StatusNotFound)
-				return
-			}
-			fmt.Fprintf(w, `[{"Key":%q,"Value":%q,"Session":"sess-1","ModifyIndex":9}]`, strings.TrimPrefix(r.URL.Path, "/v1/kv/"), base64.StdEncoding.EncodeToString(s.kv))
 		default:
 			http.Error(w, "unexpected "+r.URL.Path, http.StatusNotFound)
 		}
