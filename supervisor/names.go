@@ -17,11 +17,14 @@ const ReasonNameCollision = "ConsulNameCollision"
 // nameIndex knows the Consul name of every running worker's Service, to
 // tell when two Services map to one Consul name by accident: their
 // instances would be merged silently. Names chosen with the service-name
-// annotation on both sides are a merge on purpose and not reported.
+// annotation on both sides are a merge on purpose and not reported. Names
+// are compared as Consul compares them: without case ("Web" and "web" are
+// one Consul service).
 type nameIndex struct {
 	mu    sync.Mutex
 	byKey map[k8s.Key]nameUse
-	// byName lists the Services of each name: one, almost always (a
+	// byName lists the Services of each name, folded (foldName): one,
+	// almost always (a
 	// slice of one costs 32 bytes, a map of one ~0.6 KiB: 6 MiB at
 	// 10,000 Services).
 	byName map[string][]k8s.Key
@@ -48,8 +51,9 @@ func (x *nameIndex) set(key k8s.Key, name string, derived bool) []k8s.Key {
 		x.byKey, x.byName = map[k8s.Key]nameUse{}, map[string][]k8s.Key{}
 	}
 	x.byKey[key] = use
-	set := append(x.byName[name], key) // not there: dropped above, or new
-	x.byName[name] = set
+	folded := foldName(name)
+	set := append(x.byName[folded], key) // not there: dropped above, or new
+	x.byName[folded] = set
 	accidental := derived
 	var others []k8s.Key
 	for _, k := range set {
@@ -76,13 +80,18 @@ func (x *nameIndex) remove(key k8s.Key) {
 }
 
 func (x *nameIndex) dropLocked(key k8s.Key, name string) {
-	set := slices.DeleteFunc(x.byName[name], func(k k8s.Key) bool { return k == key })
+	folded := foldName(name)
+	set := slices.DeleteFunc(x.byName[folded], func(k k8s.Key) bool { return k == key })
 	if len(set) == 0 {
-		delete(x.byName, name)
+		delete(x.byName, folded)
 		return
 	}
-	x.byName[name] = set
+	x.byName[folded] = set
 }
+
+// foldName is a Consul service name as Consul compares it: its catalog
+// indexes service names lowercased.
+func foldName(name string) string { return strings.ToLower(name) }
 
 // nameSeen is a worker's report of its Consul name.
 func (s *Supervisor) nameSeen(key k8s.Key, name string, derived bool) {

@@ -10,6 +10,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/worker"
 )
 
 // TestNameIndex: a Service that joins another under one Consul name is
@@ -30,6 +31,8 @@ func TestNameIndex(t *testing.T) {
 		{c, "shared", false, nil},
 		{a, "shared", false, nil}, // both by annotation: on purpose
 		{b, "shared", true, []k8s.Key{a, c}},
+		{c, "Web-A-B", true, nil},          // alone under a name Consul compares without case
+		{a, "web-a-b", true, []k8s.Key{c}}, // so this is the same name
 	}
 	for i, st := range steps {
 		if got := x.set(st.key, st.name, st.derived); !slices.Equal(got, st.want) {
@@ -38,7 +41,7 @@ func TestNameIndex(t *testing.T) {
 	}
 	x.remove(a)
 	x.remove(c)
-	if got := x.set(a, "shared", false); !slices.Equal(got, []k8s.Key{b}) {
+	if got := x.set(a, "SHARED", false); !slices.Equal(got, []k8s.Key{b}) {
 		t.Fatalf("after removals: %v", got)
 	}
 }
@@ -85,5 +88,29 @@ func TestNamespaceSuffixCollisionIsReported(t *testing.T) {
 	f.waitFor(t, "both synced", func() bool { return store.count("") == 2 })
 	if n := len(rep.got()); n != 1 {
 		t.Fatalf("%d reports, want 1: %v", n, rep.got())
+	}
+}
+
+// TestNameCollisionIgnoresCase: Consul compares service names without
+// case, so a Service annotated service-name: Web and a Service named web
+// are one Consul service: reported as a collision.
+func TestNameCollisionIgnoresCase(t *testing.T) {
+	w, store := newFakeWatcher(), newMemStore()
+	annotated, plain := k8s.Key{Namespace: "a", Name: "frontend"}, k8s.Key{Namespace: "b", Name: "web"}
+	for _, k := range []k8s.Key{annotated, plain} {
+		svc := service(k.Namespace, k.Name, "10.3.0.1")
+		svc.Object = &corev1.Service{}
+		w.services[k] = svc
+	}
+	w.services[annotated].Annotations[worker.AnnotationName] = "Web"
+	close(w.synced)
+	rep := &recordingReporter{}
+	f := startWith(t, w, store, func(s *Supervisor) { s.opts.Reporter = rep })
+	f.waitFor(t, "a collision report", func() bool { return len(rep.got()) > 0 })
+	msg := rep.got()[0]
+	for _, want := range []string{ReasonNameCollision, "a/frontend", "b/web"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("report %q does not mention %s", msg, want)
+		}
 	}
 }
