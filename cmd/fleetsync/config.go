@@ -73,6 +73,8 @@ type config struct {
 
 	Shard shard.Config // --shards, --lease-*, --replica-id
 
+	ToK8s toK8sConfig // --to-k8s* (tok8s.go)
+
 	Claim       bool
 	ClaimPrefix string
 	Takeover    bool
@@ -161,6 +163,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConsulGrace, "consul-unreachable-grace", 30*time.Second, "/readyz fails once Consul has not answered for this long")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", false, "serve /debug/pprof/ on the HTTP listener")
 	c.Shard.RegisterFlags(fs)
+	c.ToK8s.registerFlags(fs)
 	fs.BoolVar(&c.Claim, "claim-cluster-id", true, "claim the cluster id in Consul KV (a session-locked key holding the kube-system namespace UID) and refuse to start if another Kubernetes cluster has it")
 	fs.StringVar(&c.ClaimPrefix, "claim-prefix", "fleetsync/clusters", "Consul KV prefix of cluster-id claims")
 	fs.BoolVar(&c.Takeover, "takeover-cluster-id", false, "take over a cluster id claimed by another Kubernetes cluster that is gone for good (refused while its fleetsync runs)")
@@ -225,6 +228,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("--window=%s: must not be negative", c.Window)
 	}
 	if err := c.Shard.Validate(); err != nil {
+		return err
+	}
+	if err := c.ToK8s.validate(); err != nil {
 		return err
 	}
 	if c.ConsulTimeout <= 0 {

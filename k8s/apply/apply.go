@@ -9,9 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -165,47 +162,43 @@ func (w *Writer) CreateService(ctx context.Context, svc *corev1.Service) (*corev
 	return out, nil
 }
 
-// ApplyService server-side applies svc's labels, annotations, type and
-// ports to old, as read with the mark, under the field manager, on the
-// condition that old's resourceVersion is still the stored one: labels,
-// annotations and fields others set are kept.
-func (w *Writer) ApplyService(ctx context.Context, old, svc *corev1.Service) (*corev1.Service, error) {
-	if err := w.owns("apply", old, svc); err != nil {
+// UpdateService replaces old, as read with the mark, by old with svc's
+// labels, annotations, type and ports, on the condition that old's
+// resourceVersion is still the stored one: every label, annotation and
+// field others set on old is kept. (Not a server-side apply: a port that
+// fleetsync created by a create stays owned by that create's entry in
+// managedFields, so an apply could not drop it when the port changes.)
+func (w *Writer) UpdateService(ctx context.Context, old, svc *corev1.Service) (*corev1.Service, error) {
+	if err := w.owns("update", old, svc); err != nil {
 		return nil, err
 	}
 	if old.ResourceVersion == "" || old.Namespace != svc.Namespace || old.Name != svc.Name {
-		return nil, fmt.Errorf("apply service %s/%s: the object read has no resourceVersion or another name", svc.Namespace, svc.Name)
+		return nil, fmt.Errorf("update service %s/%s: the object read has no resourceVersion or another name", svc.Namespace, svc.Name)
 	}
-	ac := serviceApply(svc).WithResourceVersion(old.ResourceVersion)
+	next := old.DeepCopy()
+	next.Labels, next.Annotations = merged(old.Labels, svc.Labels), merged(old.Annotations, svc.Annotations)
+	next.Spec.Type, next.Spec.Ports = svc.Spec.Type, svc.Spec.Ports
 	var out *corev1.Service
-	err := w.send(ctx, "apply", "Service", func() (err error) {
-		out, err = w.client.CoreV1().Services(svc.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: w.manager, Force: true})
+	err := w.send(ctx, "update", "Service", func() (err error) {
+		out, err = w.client.CoreV1().Services(svc.Namespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: w.manager})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("apply service %s/%s: %w", svc.Namespace, svc.Name, err)
+		return nil, fmt.Errorf("update service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return out, nil
 }
 
-// serviceApply is the part of svc fleetsync manages, as an apply
-// configuration.
-func serviceApply(svc *corev1.Service) *corev1ac.ServiceApplyConfiguration {
-	spec := corev1ac.ServiceSpec().WithType(svc.Spec.Type)
-	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		spec.WithClusterIP(corev1.ClusterIPNone)
+// merged is a copy of base with over's keys set.
+func merged(base, over map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
 	}
-	if svc.Spec.ExternalName != "" {
-		spec.WithExternalName(svc.Spec.ExternalName)
+	for k, v := range over {
+		out[k] = v
 	}
-	for _, p := range svc.Spec.Ports {
-		spec.WithPorts(corev1ac.ServicePort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(p.Port).WithTargetPort(p.TargetPort))
-	}
-	ac := corev1ac.Service(svc.Name, svc.Namespace).WithLabels(svc.Labels).WithAnnotations(svc.Annotations).WithSpec(spec)
-	for _, r := range svc.OwnerReferences {
-		ac.WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(r.APIVersion).WithKind(r.Kind).WithName(r.Name).WithUID(types.UID(r.UID)))
-	}
-	return ac
+	return out
 }
 
 // DeleteService deletes old, as read with the mark, on the condition that

@@ -110,8 +110,9 @@ func (c *Cache) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), c.slices.HasSynced, c.services.HasSynced)
 }
 
-// Slices returns the marked slices of Service k, sorted by name.
-func (c *Cache) Slices(k Key) []*discoveryv1.EndpointSlice {
+// Slices returns the marked slices of Service namespace/name, sorted by name.
+func (c *Cache) Slices(namespace, name string) []*discoveryv1.EndpointSlice {
+	k := Key{Namespace: namespace, Name: name}
 	objs, _ := c.slices.GetIndexer().ByIndex(byService, k.String())
 	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
@@ -121,8 +122,9 @@ func (c *Cache) Slices(k Key) []*discoveryv1.EndpointSlice {
 	return out
 }
 
-// Service returns the marked Service k, if cached.
-func (c *Cache) Service(k Key) (*corev1.Service, bool) {
+// Service returns the marked Service namespace/name, if cached.
+func (c *Cache) Service(namespace, name string) (*corev1.Service, bool) {
+	k := Key{Namespace: namespace, Name: name}
 	o, ok, _ := c.services.GetIndexer().GetByKey(k.String())
 	if !ok {
 		return nil, false

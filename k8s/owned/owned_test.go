@@ -30,11 +30,11 @@ func TestCacheIndexesSlicesByService(t *testing.T) {
 	if !c.WaitForSync(ctx) {
 		t.Fatal("no sync")
 	}
-	got := c.Slices(Key{"ns", "web"})
+	got := c.Slices("ns", "web")
 	if len(got) != 2 || got[0].Name != "web-a" || got[1].Name != "web-b" {
 		t.Fatalf("slices of ns/web: %v", got)
 	}
-	if _, ok := c.Service(Key{"ns", "db"}); !ok {
+	if _, ok := c.Service("ns", "db"); !ok {
 		t.Fatal("service ns/db not cached")
 	}
 	keys := c.Keys()

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/watch"
+	"github.com/fleetsync/fleetsync/k8s/apply"
+	"github.com/fleetsync/fleetsync/k8s/owned"
+	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/ownership/k8smark"
+	stok8s "github.com/fleetsync/fleetsync/supervisor/tok8s"
+	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
+)
+
+// toK8sConfig is every flag of the Consul -> Kubernetes direction.
+type toK8sConfig struct {
+	Enabled         bool
+	Mode            string
+	Namespace       string
+	Prefix          string
+	Allow           stringList
+	Deny            stringList
+	ExcludeTag      string
+	IncludeClusters stringList
+	Warning         string
+	Critical        string
+	AddressTag      string
+	Window          time.Duration
+	QPS             float64
+	Burst           int
+}
+
+// ToK8sModeEndpointSlices is the one mirror kind built so far.
+const toK8sModeEndpointSlices = "endpointslices"
+
+func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.Enabled, "to-k8s", false, "mirror Consul services into Kubernetes: each Consul service that passes the filters becomes a selectorless ClusterIP Service in --k8s-write-namespace with EndpointSlices of its instances (consul-k8s -to-k8s)")
+	fs.StringVar(&c.Mode, "to-k8s-mode", toK8sModeEndpointSlices, "what --to-k8s makes of a Consul service: endpointslices (a selectorless ClusterIP Service and EndpointSlices)")
+	fs.StringVar(&c.Namespace, "k8s-write-namespace", "", "namespace of the Services --to-k8s makes (default $POD_NAMESPACE, else default)")
+	fs.StringVar(&c.Prefix, "k8s-service-prefix", "", "prefix of the Services --to-k8s makes (a name that is not a valid Service name is sanitised and hashed)")
+	fs.Var(&c.Allow, "to-k8s-allow", "Consul service names to mirror (globs; repeatable or comma-separated; default all)")
+	fs.Var(&c.Deny, "to-k8s-deny", "Consul service names never to mirror (globs; deny wins; consul itself is never mirrored)")
+	fs.StringVar(&c.ExcludeTag, "to-k8s-exclude-tag", "k8s", "Consul instances with this tag are not mirrored, per instance ('' for none)")
+	fs.Var(&c.IncludeClusters, "to-k8s-include-clusters", "other Kubernetes clusters (their cluster ids) whose instances are mirrored; this cluster's own never are")
+	fs.StringVar(&c.Warning, "to-k8s-warning", wtok8s.WarningReady, "EndpointSlice conditions of an instance whose checks warn: ready, fallback (serving and terminating: used when nothing is ready) or not-ready")
+	fs.StringVar(&c.Critical, "to-k8s-critical", wtok8s.CriticalNotReady, "an instance whose checks are critical: not-ready (kept, not ready) or drop")
+	fs.StringVar(&c.AddressTag, "to-k8s-address", "", "a tagged address to use before the service's and the node's address (e.g. lan_ipv4)")
+	fs.DurationVar(&c.Window, "to-k8s-window", time.Second, "per-Service batching window of the Kubernetes writes")
+	fs.Float64Var(&c.QPS, "to-k8s-qps", 20, "budget of Kubernetes writes per second of the Consul -> Kubernetes direction")
+	fs.IntVar(&c.Burst, "to-k8s-burst", 40, "burst allowed above --to-k8s-qps")
+}
+
+func (c *toK8sConfig) validate() error {
+	if c.Mode != toK8sModeEndpointSlices {
+		return fmt.Errorf("--to-k8s-mode=%q: must be %s", c.Mode, toK8sModeEndpointSlices)
+	}
+	switch c.Warning {
+	case wtok8s.WarningReady, wtok8s.WarningFallback, wtok8s.WarningNotReady:
+	default:
+		return fmt.Errorf("--to-k8s-warning=%q: must be ready, fallback or not-ready", c.Warning)
+	}
+	if c.Critical != wtok8s.CriticalNotReady && c.Critical != wtok8s.CriticalDrop {
+		return fmt.Errorf("--to-k8s-critical=%q: must be not-ready or drop", c.Critical)
+	}
+	if c.Window < 0 || c.QPS <= 0 || c.Burst < 1 {
+		return fmt.Errorf("--to-k8s-window must not be negative, --to-k8s-qps must be positive and --to-k8s-burst at least 1")
+	}
+	if err := (stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values}).Validate(); err != nil {
+		return fmt.Errorf("--to-k8s-allow/--to-k8s-deny: %w", err)
+	}
+	return nil
+}
+
+// runToK8s runs the Consul -> Kubernetes fleet until ctx is done.
+func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *consul.Conn, scope consul.Scope,
+	cluster ownership.Cluster, reporter wtok8s.Reporter, log hclog.Logger) error {
+	mark, err := k8smark.New(cluster.ID())
+	if err != nil {
+		return err
+	}
+	ns := c.Namespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	// The writes have their own budget (apply.Writer), not the shared
+	// client's rate limiter.
+	wcfg := rest.CopyConfig(restCfg)
+	wcfg.QPS, wcfg.Burst = -1, 0
+	kube, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	writer, err := apply.New(kube, mark, apply.Options{QPS: c.QPS, Burst: c.Burst})
+	if err != nil {
+		return err
+	}
+	wopts := watch.Options{Datacenter: conn.Datacenter(), Partition: scope.Partition}
+	if scope.Namespace != "default" {
+		wopts.Namespace = scope.Namespace
+	}
+	w := conn.NewWatch(wopts)
+	log.Info("Mirroring Consul into Kubernetes", "namespace", ns, "prefix", c.Prefix)
+	return stok8s.New(stok8s.Options{
+		Config: wtok8s.Config{Cluster: cluster, Mark: mark, ExcludeTag: c.ExcludeTag, IncludeClusters: c.IncludeClusters.values,
+			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
+		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values},
+		Catalog: w.Services, Health: w.Health, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
+		Reporter: reporter, Log: log,
+	}).Run(ctx)
+}

@@ -1,0 +1,232 @@
+package tok8s
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/fleetsync/fleetsync/consul/watch"
+	"github.com/fleetsync/fleetsync/k8s/owned"
+	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
+)
+
+// Catalog is the blocking query on the catalog's service names
+// (watch.Client.Services).
+type Catalog func(ctx context.Context, index uint64) (map[string][]string, uint64, error)
+
+// Options build a Supervisor; Config, Catalog, Health, Owned and Writer are
+// required.
+type Options struct {
+	Config    wtok8s.Config
+	Mirror    bool   // --to-k8s
+	Namespace string // --k8s-write-namespace
+	Prefix    string // --k8s-service-prefix
+	Filter    Filter
+	Catalog   Catalog
+	Health    wtok8s.Health
+	Owned     *owned.Cache
+	Writer    wtok8s.Writer
+	Reporter  wtok8s.Reporter
+	Log       hclog.Logger
+	Clock     clock.Clock
+	// Observe, when set, is told of every worker flush that wrote or failed.
+	Observe func(writes int, err error)
+}
+
+type running struct {
+	w      *wtok8s.Worker
+	cancel context.CancelFunc
+	consul string
+}
+
+// Supervisor runs the Consul -> Kubernetes fleet.
+type Supervisor struct {
+	opts Options
+	log  hclog.Logger
+	gate chan struct{}
+
+	mu       sync.Mutex
+	ctx      context.Context // Run's, once the gate is open
+	selected map[owned.Key]string
+	known    chan struct{} // closed at the first catalog answer
+	workers  map[owned.Key]*running
+	wg       sync.WaitGroup
+}
+
+// New returns a supervisor; it does nothing until Run.
+func New(opts Options) *Supervisor {
+	if opts.Log == nil {
+		opts.Log = hclog.NewNullLogger()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}),
+		selected: map[owned.Key]string{}, workers: map[owned.Key]*running{}}
+}
+
+// Bootstrapped is closed once the gate is open.
+func (s *Supervisor) Bootstrapped() <-chan struct{} { return s.gate }
+
+// Run runs the fleet until ctx is done; it returns once every goroutine it
+// started has ended.
+func (s *Supervisor) Run(ctx context.Context) error {
+	s.opts.Owned.SetHandler(s.changed)
+	s.opts.Owned.Start(ctx)
+	defer s.opts.Owned.Wait()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first := true
+		watch.Loop(ctx, watch.Fetch[map[string][]string](s.opts.Catalog), func(names map[string][]string) {
+			s.setCatalog(names)
+			if first {
+				first = false
+				close(s.known)
+			}
+			s.reconcile()
+		}, watch.LoopOptions{Clock: s.opts.Clock, OnError: func(err error, n int) {
+			if n == 1 || n%10 == 0 {
+				s.log.Warn("Consul catalog watch failed; retrying", "failures", n, "error", err)
+			}
+		}})
+	}()
+	if !s.opts.Owned.WaitForSync(ctx) {
+		return nil
+	}
+	select {
+	case <-s.known:
+	case <-ctx.Done():
+		return nil
+	}
+	s.mu.Lock()
+	s.ctx = ctx
+	s.mu.Unlock()
+	close(s.gate)
+	s.log.Info("Consul -> Kubernetes bootstrapped", "units", len(s.units()))
+	s.reconcile()
+	<-ctx.Done()
+	s.wg.Wait()
+	return nil
+}
+
+// setCatalog replaces the selected mirror units by those of names.
+func (s *Supervisor) setCatalog(names map[string][]string) {
+	sel := map[owned.Key]string{}
+	if s.opts.Mirror {
+		for n := range names {
+			if s.opts.Filter.Mirrored(n) {
+				sel[owned.Key{Namespace: s.opts.Namespace, Name: Name(s.opts.Prefix, n)}] = n
+			}
+		}
+	}
+	s.mu.Lock()
+	s.selected = sel
+	s.mu.Unlock()
+}
+
+// units is every unit: the selected ones and those with marked objects.
+func (s *Supervisor) units() map[owned.Key]string {
+	s.mu.Lock()
+	out := make(map[owned.Key]string, len(s.selected))
+	for k, v := range s.selected {
+		out[k] = v
+	}
+	s.mu.Unlock()
+	for _, k := range s.opts.Owned.Keys() {
+		if _, ok := out[k]; !ok {
+			out[k] = ""
+		}
+	}
+	return out
+}
+
+// lookup is a worker's view of its unit.
+func (s *Supervisor) lookup(k owned.Key) wtok8s.Lookup {
+	return func() (wtok8s.Unit, *corev1.Service, bool) {
+		s.mu.Lock()
+		name, ok := s.selected[k]
+		s.mu.Unlock()
+		return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: name, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
+	}
+}
+
+// changed routes a marked object's change to its unit's worker, or starts
+// one for a unit that has none.
+func (s *Supervisor) changed(k owned.Key) {
+	s.mu.Lock()
+	r := s.workers[k]
+	s.mu.Unlock()
+	if r != nil {
+		r.w.Notify()
+		return
+	}
+	s.reconcile()
+}
+
+// reconcile starts a worker for every unit without one, and restarts one
+// whose Consul name changed. Before the gate opens it does nothing.
+func (s *Supervisor) reconcile() {
+	s.mu.Lock()
+	ctx := s.ctx
+	s.mu.Unlock()
+	if ctx == nil || ctx.Err() != nil {
+		return
+	}
+	units := s.units()
+	keys := make([]owned.Key, 0, len(units))
+	for k := range units {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		name := units[k]
+		if r := s.workers[k]; r != nil {
+			if r.consul != name && name != "" {
+				r.cancel() // its end starts the new one
+			}
+			continue
+		}
+		s.start(ctx, k, name)
+	}
+}
+
+// start runs a worker for k; s.mu is held.
+func (s *Supervisor) start(ctx context.Context, k owned.Key, consulName string) {
+	wctx, cancel := context.WithCancel(ctx)
+	health := s.opts.Health
+	if consulName == "" {
+		health = nil
+	}
+	w := wtok8s.New(wtok8s.Options{
+		Unit:   wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: consulName, Mirror: s.opts.Mirror, PortName: wtok8s.PortName},
+		Config: s.opts.Config, Lookup: s.lookup(k), Health: health, Owned: s.opts.Owned, Writer: s.opts.Writer,
+		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate, Observe: s.opts.Observe,
+	})
+	r := &running{w: w, cancel: cancel, consul: consulName}
+	s.workers[k] = r
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := w.Run(wctx)
+		cancel()
+		s.mu.Lock()
+		if s.workers[k] == r {
+			delete(s.workers, k)
+		}
+		s.mu.Unlock()
+		if err != nil && !errors.Is(err, wtok8s.ErrFinished) {
+			s.log.Error("To-k8s worker failed", "service", k.String(), "error", err)
+		}
+		s.reconcile()
+	}()
+}

@@ -1,0 +1,208 @@
+package tok8s
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// lagWait bounds how long a flush waits for the cache to show this
+// worker's last writes.
+const lagWait = 5 * time.Second
+
+// flush makes one look: desired state, diff, writes. done is true when the
+// unit is gone and nothing of it remains.
+func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
+	u, target, selected := w.opts.Lookup()
+	slices := w.opts.Owned.Slices(u.Namespace, u.Name)
+	var svc *corev1.Service
+	if u.Mirror || !selected {
+		svc, _ = w.opts.Owned.Service(u.Namespace, u.Name)
+	}
+	if w.lagging(slices, svc) {
+		return 0, false, nil // the cache's event for our write re-triggers
+	}
+	if !selected {
+		if len(slices) == 0 && svc == nil {
+			return 0, true, nil
+		}
+		return w.deleteAll(ctx, slices, svc)
+	}
+	w.mu.Lock()
+	entries, known := w.entries, w.known
+	w.mu.Unlock()
+	if !known {
+		return 0, false, nil // nothing before the first health answer
+	}
+	eps, problems := w.opts.Config.Endpoints(entries)
+	var owner metav1.OwnerReference
+	if u.Mirror {
+		want := w.opts.Config.DesiredService(u, eps)
+		if want == nil {
+			return w.deleteAll(ctx, slices, svc)
+		}
+		n, got, err := w.ensureService(ctx, want, svc)
+		wrote += n
+		if err != nil || got == nil {
+			return wrote, false, err
+		}
+		svc, target = got, got
+		owner = OwnerOf(got.Name, got.UID)
+	} else {
+		if target == nil {
+			return 0, false, nil
+		}
+		owner = OwnerOf(target.Name, target.UID)
+	}
+	w.report(target, ReasonInstanceSkipped, problems)
+	plan := Diff(w.opts.Config.DesiredSlices(u, eps, slices, owner), slices)
+	n, err := w.apply(ctx, plan)
+	return wrote + n, false, err
+}
+
+// ensureService creates or applies the mirrored Service; got is nil when
+// the name is someone else's (reported once, NameTaken).
+func (w *Worker) ensureService(ctx context.Context, want, have *corev1.Service) (wrote int, got *corev1.Service, err error) {
+	if have != nil {
+		if SameService(want, have) {
+			return 0, have, nil
+		}
+		got, err = w.opts.Writer.UpdateService(ctx, have, want)
+		if err != nil {
+			return 1, nil, err
+		}
+		w.wrote["svc/"+got.Name] = got.ResourceVersion
+		w.wroteAt = w.opts.Clock.Now()
+		return 1, got, nil
+	}
+	got, err = w.opts.Writer.CreateService(ctx, want)
+	if apierrors.IsAlreadyExists(err) {
+		if !w.takenSeen {
+			w.takenSeen = true
+			w.log.Warn("A Service of the mirrored name exists and is not ours; leaving it alone")
+			if w.opts.Reporter != nil {
+				ref := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+				w.opts.Reporter.Warning(ref, ReasonNameTaken, "fleetsync would mirror Consul service "+want.Annotations[AnnotationConsulService]+
+					" here, but this Service is not fleetsync's; it is left alone")
+			}
+		}
+		return 1, nil, nil
+	}
+	if err != nil {
+		return 1, nil, err
+	}
+	w.takenSeen = false
+	w.wrote["svc/"+got.Name] = got.ResourceVersion
+	w.wroteAt = w.opts.Clock.Now()
+	return 1, got, nil
+}
+
+// apply sends a plan: creates, then updates, then deletes; it stops at the
+// first error (the next flush diffs again).
+func (w *Worker) apply(ctx context.Context, p Plan) (int, error) {
+	n := 0
+	now := w.opts.Clock.Now()
+	for _, s := range p.Create {
+		got, err := w.opts.Writer.CreateSlice(ctx, s)
+		n++
+		if err != nil {
+			return n, err
+		}
+		w.wrote[got.Name], w.wroteAt = got.ResourceVersion, now
+	}
+	for _, up := range p.Update {
+		got, err := w.opts.Writer.UpdateSlice(ctx, up.Old, up.New)
+		n++
+		if err != nil {
+			return n, err
+		}
+		w.wrote[got.Name], w.wroteAt = got.ResourceVersion, now
+	}
+	for _, s := range p.Delete {
+		err := w.opts.Writer.DeleteSlice(ctx, s)
+		n++
+		if err != nil && !apierrors.IsNotFound(err) {
+			return n, err
+		}
+		w.wrote[s.Name], w.wroteAt = "", now
+	}
+	return n, nil
+}
+
+// deleteAll deletes the unit's slices, then its Service (if ours).
+func (w *Worker) deleteAll(ctx context.Context, slices []*discoveryv1.EndpointSlice, svc *corev1.Service) (int, bool, error) {
+	n, err := w.apply(ctx, Plan{Delete: slices})
+	if err != nil || svc == nil {
+		return n, false, err
+	}
+	err = w.opts.Writer.DeleteService(ctx, svc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return n + 1, false, err
+	}
+	w.wrote["svc/"+svc.Name], w.wroteAt = "", w.opts.Clock.Now()
+	return n + 1, false, nil
+}
+
+// lagging reports whether the cache does not show this worker's last
+// writes yet (for at most lagWait): a diff against it would write again.
+func (w *Worker) lagging(slices []*discoveryv1.EndpointSlice, svc *corev1.Service) bool {
+	if len(w.wrote) == 0 {
+		return false
+	}
+	if w.opts.Clock.Since(w.wroteAt) > lagWait {
+		clear(w.wrote)
+		return false
+	}
+	rv := map[string]string{}
+	uid := map[string]types.UID{}
+	for _, s := range slices {
+		rv[s.Name], uid[s.Name] = s.ResourceVersion, s.UID
+	}
+	if svc != nil {
+		rv["svc/"+svc.Name] = svc.ResourceVersion
+	}
+	for name, want := range w.wrote {
+		have, ok := rv[name]
+		switch {
+		case want == "" && ok: // deleted by us, still cached
+			return true
+		case want != "" && (!ok || !atLeast(have, want)):
+			return true
+		}
+		delete(w.wrote, name)
+	}
+	return false
+}
+
+// atLeast reports whether resourceVersion have is want or newer: equal,
+// or both numbers (as etcd's are) and have the larger.
+func atLeast(have, want string) bool {
+	if have == want {
+		return true
+	}
+	h, err1 := strconv.ParseUint(have, 10, 64)
+	v, err2 := strconv.ParseUint(want, 10, 64)
+	return err1 == nil && err2 == nil && h >= v
+}
+
+// report sends each problem once while it lasts.
+func (w *Worker) report(obj *corev1.Service, reason string, problems []string) {
+	now := map[string]bool{}
+	for _, p := range problems {
+		now[p] = true
+		if w.reported[p] {
+			continue
+		}
+		w.log.Warn("Instance skipped", "problem", p)
+		if w.opts.Reporter != nil && obj != nil {
+			w.opts.Reporter.Warning(obj, reason, p)
+		}
+	}
+	w.reported = now
+}
