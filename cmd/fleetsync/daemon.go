@@ -195,7 +195,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			ready.setClaim(claim)
 		}
 		if cfg.ToK8s.Enabled {
-			g.Go(func() error { return runToK8s(gctx, cfg.ToK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, log.Named("to-k8s")) })
+			g.Go(func() error {
+				return runToK8s(gctx, cfg.ToK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, log.Named("to-k8s"))
+			})
 		}
 		return sup.Run(gctx)
 	})
