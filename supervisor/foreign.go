@@ -8,7 +8,8 @@ import (
 )
 
 // foreignNodes reports look-alike nodes: logged once each, counted, and
-// kept as a readiness problem while they exist.
+// kept as a readiness problem while they exist; once one is gone, the
+// workers it held back retry at once.
 func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]bool) {
 	s.opts.Hooks.Consul.ForeignNodes(len(nodes))
 	now := map[string]bool{}
@@ -29,14 +30,21 @@ func (s *Supervisor) foreignNodes(nodes []consul.NodeEntry, reported map[string]
 		}
 	}
 	s.problemsMu.Unlock()
+	gone := false
 	for name := range reported {
 		if !now[name] {
 			delete(reported, name)
+			gone = true
 			s.log.Info("The look-alike node is gone; its Services sync again", "node", name)
 		}
 	}
 	for name := range now {
 		reported[name] = true
+	}
+	if gone {
+		// The workers refused by it back off (up to MaxBackoff): they
+		// retry now, with the node read that found it gone.
+		s.retryAll()
 	}
 }
 
