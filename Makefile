@@ -17,7 +17,7 @@ TEST_TIMEOUT ?= 30m
 PKGS ?= ./...
 GOTESTFLAGS ?=
 
-.PHONY: help build test test-unit tools lint docs demo bench soak soak-test clean
+.PHONY: help build image image-push test test-unit tools lint docs demo bench soak soak-test clean
 
 help: ## List the targets (this message).
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,25 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 build: ## Build bin/fleetsync, stamped with VERSION (git describe --always --dirty) and COMMIT.
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/fleetsync ./cmd/fleetsync
+
+# The image `make image` builds and tags: repository fleetsync, tagged with
+# the Helm chart's appVersion, the image the chart and the kustomize base
+# deploy by default (test/image checks that the three agree). make
+# image-push IMAGE=registry/name:tag pushes it elsewhere.
+CHART_APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/fleetsync/Chart.yaml)
+IMAGE ?= fleetsync:$(CHART_APP_VERSION)
+# Every time in the image (created, the files' mtimes) is this one, for
+# reproducible digests: the commit's time unless SOURCE_DATE_EPOCH is set.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+PLATFORMS ?= linux/amd64,linux/arm64
+
+image: ## Build the OCI image IMAGE for PLATFORMS into out/image, no container engine needed (deploy/README.md).
+	$(GO) run ./deploy/image build -name $(IMAGE) -version $(VERSION) -commit $(COMMIT) -created $(SOURCE_DATE_EPOCH) -platforms $(PLATFORMS) -out out/image
+
+image-push: ## Build the image and push it to IMAGE=registry/name:tag (credentials of docker login).
+	@if [ "$(origin IMAGE)" = file ]; then echo "make image-push: name the target, e.g. IMAGE=registry.example.com/fleetsync:$(CHART_APP_VERSION)" >&2; exit 2; fi
+	$(MAKE) --no-print-directory image
+	$(GO) run ./deploy/image push -layout out/image/oci $(IMAGE)
 
 test: tools ## Run every test (unit and end-to-end against real kube-apiserver, etcd and Consul) with -race.
 	bin="$$(bash test/tools/build.sh $(STACK_TOOLS) 2>/dev/null)"; \
