@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"debug/buildinfo"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,28 +28,30 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// repoRoot returns the checkout's root; it skips the test outside a git
-// checkout (a source tarball: make image takes the version from git).
+// repoRoot returns the root of the checkout the test runs in; it skips
+// the test outside a git checkout (a source tarball: make image takes the
+// version and commit from git).
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..")
-	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
-		t.Skipf("not a git checkout (%v)", err)
+	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (git rev-parse: %v)", err)
 	}
-	return dir
+	return strings.TrimSpace(string(out))
 }
 
+// command runs name with args in dir and returns its standard output.
 func command(t *testing.T, dir, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.Bytes())
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
 	}
 	return string(out)
 }
