@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/ownership"
 )
@@ -21,6 +23,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	clusterID := fs.String("cluster-id", "", "the cluster whose instances and node to remove (required; never read from FLEETSYNC_CLUSTER_ID)")
 	yes := fs.Bool("yes", false, "do it; without --yes purge only prints what it would do")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	waitReleased := fs.Duration("wait-released", 0, "while a running fleetsync holds the id's claim, wait up to this long for it to stop (a Deployment being deleted) instead of refusing at once")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fleetsync purge --cluster-id=ID [--yes] [flags]\n\n"+
 			"Removes from Consul every instance carrying cluster ID's ownership mark, then its node k8s-<ID>\n"+
@@ -49,10 +52,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	p := admin.NewPurger(conn, cluster, cfg.ClaimPrefix)
-	plan, err := p.Plan(ctx)
-	if err == nil {
-		err = plan.Refusal()
-	}
+	plan, err := planWhenReleased(ctx, p.Plan, *waitReleased, clock.RealClock{}, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync purge:", err)
 		return 1
