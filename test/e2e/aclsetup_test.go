@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/fleetsync/fleetsync/test/fixture"
 	"github.com/fleetsync/fleetsync/test/stack"
 )
