@@ -104,9 +104,9 @@ func Apply(ctx context.Context, client *api.Client, cfg Config) ([]Change, error
 func ensurePolicy(acl *api.ACL, cfg Config, q *api.QueryOptions, w *api.WriteOptions) (*api.ACLPolicy, Change, error) {
 	ch := Change{Kind: "policy", Name: cfg.Name(), Action: "unchanged"}
 	want := &api.ACLPolicy{Name: cfg.Name(), Rules: Rules(cfg), Description: "fleetsync of cluster " + cfg.ClusterID + " (fleetsync acl-setup)"}
-	have, _, err := acl.PolicyReadByName(want.Name, q)
+	have, err := policyNamed(acl, want.Name, q)
 	if err != nil {
-		return nil, ch, fmt.Errorf("read policy %s: %w", want.Name, err)
+		return nil, ch, err
 	}
 	switch {
 	case have == nil:
@@ -127,9 +127,9 @@ func ensureRole(acl *api.ACL, cfg Config, policy *api.ACLPolicy, q *api.QueryOpt
 	ch := Change{Kind: "role", Name: cfg.Name(), Action: "unchanged"}
 	want := &api.ACLRole{Name: cfg.Name(), Description: "fleetsync of cluster " + cfg.ClusterID + " (fleetsync acl-setup)",
 		Policies: []*api.ACLRolePolicyLink{{ID: policy.ID, Name: policy.Name}}}
-	have, _, err := acl.RoleReadByName(want.Name, q)
+	have, err := roleNamed(acl, want.Name, q)
 	if err != nil {
-		return ch, fmt.Errorf("read role %s: %w", want.Name, err)
+		return ch, err
 	}
 	switch {
 	case have == nil:
@@ -178,4 +178,39 @@ func ensureBindingRule(acl *api.ACL, cfg Config, q *api.QueryOptions, w *api.Wri
 		return ch, fmt.Errorf("binding rule of %s for role %s: %w", cfg.AuthMethod, want.BindName, err)
 	}
 	return ch, nil
+}
+
+// policyNamed reads the policy called name, nil when there is none. It
+// lists rather than reads by name: Consul before 1.15 answers a read of a
+// missing name with 403 "ACL not found", as it does for an unknown token.
+func policyNamed(acl *api.ACL, name string, q *api.QueryOptions) (*api.ACLPolicy, error) {
+	list, _, err := acl.PolicyList(q)
+	if err != nil {
+		return nil, fmt.Errorf("list policies: %w", err)
+	}
+	for _, p := range list {
+		if p.Name == name {
+			full, _, err := acl.PolicyRead(p.ID, q)
+			if err != nil {
+				return nil, fmt.Errorf("read policy %s: %w", name, err)
+			}
+			return full, nil
+		}
+	}
+	return nil, nil
+}
+
+// roleNamed reads the role called name, nil when there is none (see
+// policyNamed).
+func roleNamed(acl *api.ACL, name string, q *api.QueryOptions) (*api.ACLRole, error) {
+	list, _, err := acl.RoleList(q)
+	if err != nil {
+		return nil, fmt.Errorf("list roles: %w", err)
+	}
+	for _, r := range list {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return nil, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
+
 	"github.com/fleetsync/fleetsync/test/fixture"
 	"github.com/fleetsync/fleetsync/test/stack"
 )
@@ -49,7 +51,7 @@ func TestACLSetup(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	policy, _, err := own.Client.ACL().PolicyReadByName(name, nil)
+	policy, _, err := policyNamed(t, own, name)
 	must(t, err)
 	if norm(policy.Rules) != norm(strings.ReplaceAll(aclRules, "<cluster-id>", e.cluster)) {
 		t.Errorf("policy rules:\n%s\nwant those the ACL tests grant:\n%s", policy.Rules, aclRules)
@@ -73,9 +75,9 @@ func TestACLSetup(t *testing.T) {
 
 	// Again: nothing changes.
 	indexes := func() []uint64 {
-		p, _, err := own.Client.ACL().PolicyReadByName(name, nil)
+		p, _, err := policyNamed(t, own, name)
 		must(t, err)
-		r, _, err := own.Client.ACL().RoleReadByName(name, nil)
+		r, _, err := roleNamed(t, own, name)
 		must(t, err)
 		b, _, err := own.Client.ACL().BindingRuleList(a.method, nil)
 		must(t, err)
@@ -99,7 +101,7 @@ func TestACLSetup(t *testing.T) {
 	if out := setup(); !strings.Contains(out, "policy "+name+": updated") || !strings.Contains(out, "role "+name+": unchanged") {
 		t.Errorf("after a hand edit:\n%s", out)
 	}
-	policy, _, err = own.Client.ACL().PolicyReadByName(name, nil)
+	policy, _, err = policyNamed(t, own, name)
 	must(t, err)
 	if strings.Contains(policy.Rules, "agent_prefix") {
 		t.Errorf("hand-added rule kept: %s", policy.Rules)
@@ -116,4 +118,30 @@ func norm(rules string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// policyNamed and roleNamed read an ACL object by name (a list: Consul
+// 1.14 answers a read of a missing name with 403).
+func policyNamed(t *testing.T, c *stack.Consul, name string) (*consulapi.ACLPolicy, *consulapi.QueryMeta, error) {
+	list, _, err := c.Client.ACL().PolicyList(nil)
+	must(t, err)
+	for _, p := range list {
+		if p.Name == name {
+			return c.Client.ACL().PolicyRead(p.ID, nil)
+		}
+	}
+	t.Fatalf("no policy %s", name)
+	return nil, nil, nil
+}
+
+func roleNamed(t *testing.T, c *stack.Consul, name string) (*consulapi.ACLRole, *consulapi.QueryMeta, error) {
+	list, _, err := c.Client.ACL().RoleList(nil)
+	must(t, err)
+	for _, r := range list {
+		if r.Name == name {
+			return r, nil, nil
+		}
+	}
+	t.Fatalf("no role %s", name)
+	return nil, nil, nil
 }
