@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/consul/admin"
+	"github.com/fleetsync/fleetsync/consul/claim"
 )
 
 // timerClock is a fake clock that says on timers when a timer is made, so
