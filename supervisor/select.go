@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetsync/fleetsync/k8s"
+	"github.com/fleetsync/fleetsync/ownership/k8smark"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -46,6 +47,9 @@ func (s Selector) NamespaceAllowed(ns string) bool {
 func (s Selector) Selected(svc *k8s.Service) bool {
 	if svc == nil || svc.Type == corev1.ServiceTypeExternalName {
 		return false
+	}
+	if svc.Object != nil && k8smark.FromConsul(svc.Object.Labels, svc.Annotations) {
+		return false // made from Consul (to-k8s): never back to Consul
 	}
 	if s.SkipClusterIP && (svc.Type == corev1.ServiceTypeClusterIP || svc.Type == "") {
 		return false

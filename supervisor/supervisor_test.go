@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -23,6 +24,7 @@ import (
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/k8stest"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/ownership/k8smark"
 	"github.com/fleetsync/fleetsync/worker"
 )
 
@@ -395,6 +397,19 @@ func TestSelector(t *testing.T) {
 		{"denied glob", service("tmp-1", "d"), false},
 		{"external name", func() *k8s.Service { x := service("ns", "e"); x.Type = corev1.ServiceTypeExternalName; return x }(), false},
 		{"nil", nil, false},
+		// The loop guard: a Service made from Consul never goes back,
+		// even opted in.
+		{"marked by to-k8s", func() *k8s.Service {
+			x := service("ns", "f")
+			x.Object = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{k8smark.LabelManagedBy: k8smark.ManagedBy, k8smark.LabelCluster: "other"}}}
+			return x
+		}(), false},
+		{"import mode", func() *k8s.Service {
+			x := service("ns", "g")
+			x.Annotations = map[string]string{worker.AnnotationSync: "true", k8smark.AnnotationConsulService: "db"}
+			x.Object = &corev1.Service{}
+			return x
+		}(), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -61,6 +61,18 @@ func (m Mark) Owns(obj metav1.Object) error {
 	return nil
 }
 
+// AnnotationConsulService names the Consul service a Service is fed from:
+// set by the user on an import-mode Service, by fleetsync on a mirrored one.
+const AnnotationConsulService = "fleetsync.io/consul-service"
+
 // Marked reports whether labels carry any cluster's to-k8s mark: the object
 // was made from Consul, and must never be synced back to Consul.
 func Marked(labels map[string]string) bool { return labels[LabelManagedBy] == ManagedBy }
+
+// FromConsul reports whether a Service with these labels and annotations
+// is fed from Consul (marked, or annotated for import mode): the
+// Kubernetes -> Consul direction never syncs it, whatever else selects it.
+func FromConsul(labels, annotations map[string]string) bool {
+	_, imported := annotations[AnnotationConsulService]
+	return Marked(labels) || imported
+}

@@ -248,3 +248,55 @@ func TestToK8sMirror(t *testing.T) {
 		t.Fatalf("foreign Service after all: %v %+v", err, got)
 	}
 }
+
+// TestToK8sLoopGuard: both directions on, --default-sync=true, no k8s tag
+// and this cluster named in --to-k8s-include-clusters (so only the
+// per-instance node check guards): the mixed service's
+// mirror holds exactly its VM instance, never this cluster's own pods; no
+// mirrored Service goes back to Consul; another Kubernetes cluster's
+// instance is left out; and in steady state neither side is written.
+func TestToK8sLoopGuard(t *testing.T) {
+	e := newEnv(t)
+	p := e.cluster + "l"
+	app, vmOnly := p+"-app", p+"-vm"
+	ports := map[string]int32{"http": 8080}
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, app, nil, ports)))
+	must(t, fixture.ApplySlice(e.ctx, kube.Client, fixture.Slice(e.ns, app, app+"-1", discoveryv1.AddressTypeIPv4, ports,
+		[]fixture.EP{{IP: "10.88.0.1"}, {IP: "10.88.0.2"}})))
+	vmInstance(t, p+"-vm1", "10.78.0.1", app, "a1", "", 8080, "passing")
+	vmInstance(t, p+"-vm2", "10.78.0.2", vmOnly, "v1", "", 9090, "passing")
+	// Another Kubernetes cluster's instance of the same name, on its marked node.
+	_, err := consul.Client.Catalog().Register(&consulapi.CatalogRegistration{
+		Node: "k8s-zz" + p, Address: "127.0.0.1", NodeMeta: map[string]string{"external-source": "kubernetes", "k8s-cluster": "zz" + p},
+		Service: &consulapi.AgentService{ID: "zz1", Service: vmOnly, Address: "10.66.0.1", Port: 9090,
+			Meta: map[string]string{"external-source": "kubernetes", "k8s-cluster": "zz" + p}},
+	}, nil)
+	must(t, err)
+
+	// --to-k8s-include-clusters naming this cluster itself: its own
+	// instances still never come back (they are on its marked node).
+	e.daemon("--default-sync=true", "--k8s-tag=", "--to-k8s-include-clusters="+e.cluster, "--to-k8s", "--k8s-write-namespace="+e.ns, "--k8s-service-prefix=m-", "--to-k8s-allow="+p+"-*")
+	e.waitInstances(app, "10.88.0.1:8080=passing,10.88.0.2:8080=passing")
+	e.waitSlices("m-"+app, "m-"+app+"-4-8080-0[IPv4:8080]: 10.78.0.1=true/true/false")
+	e.waitSlices("m-"+vmOnly, "m-"+vmOnly+"-4-9090-0[IPv4:9090]: 10.78.0.2=true/true/false")
+	e.quiet("steady state with both directions", 3*time.Second)
+	for _, name := range []string{"m-" + app, "m-" + vmOnly} {
+		entries, _, err := consul.Client.Catalog().Service(name, "", nil)
+		must(t, err)
+		if len(entries) != 0 {
+			t.Errorf("consul service %s (made from a to-k8s Service) has %d instances", name, len(entries))
+		}
+	}
+	entries, _, err := consul.Client.Catalog().Service(app, "", nil)
+	must(t, err)
+	var got []string
+	for _, en := range entries {
+		got = append(got, en.Node+"/"+en.ServiceAddress)
+	}
+	sort.Strings(got)
+	want := []string{"k8s-" + e.cluster + "/10.88.0.1", "k8s-" + e.cluster + "/10.88.0.2", p + "-vm1/"}
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("consul service %s: %v, want %v", app, got, want)
+	}
+}

@@ -28,9 +28,9 @@ const MaxEndpoints = 100
 // port (import mode uses the Service's own port name).
 const PortName = "consul"
 
-// AnnotationConsulService names the Consul service of a Service: set by the
-// user in import mode, by fleetsync on a mirrored Service.
-const AnnotationConsulService = "fleetsync.io/consul-service"
+// AnnotationConsulService names the Consul service of a Service
+// (k8smark.AnnotationConsulService).
+const AnnotationConsulService = k8smark.AnnotationConsulService
 
 // Warning and critical policies (--to-k8s-warning, --to-k8s-critical).
 const (
