@@ -74,7 +74,7 @@ func build(ctx context.Context, c *Config, log io.Writer) (Result, error) {
 			slug += "-" + p.Variant
 		}
 		bin := filepath.Join(c.Out, "bin", slug, binaryPath)
-		fmt.Fprintf(log, "go build %s -> %s\n", p, bin)
+		fmt.Fprintf(log, "compile %s -> %s\n", p, bin)
 		if err := compile(ctx, c, p, bin); err != nil {
 			return Result{}, err
 		}
