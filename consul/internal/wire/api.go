@@ -3,8 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -18,19 +18,27 @@ type API struct {
 }
 
 func (a API) NodeServiceList(node string, q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
-	return a.C.Catalog().NodeServiceList(node, q)
+	var out *api.CatalogNodeServiceList
+	meta, err := a.query("/v1/catalog/node-services/"+node, &out, q)
+	return out, meta, err
 }
 
 func (a API) HealthNode(node string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-	return a.C.Health().Node(node, q)
+	var out api.HealthChecks
+	meta, err := a.query("/v1/health/node/"+node, &out, q)
+	return out, meta, err
 }
 
 func (a API) CatalogNode(node string, q *api.QueryOptions) (*api.CatalogNode, *api.QueryMeta, error) {
-	return a.C.Catalog().Node(node, q)
+	var out *api.CatalogNode
+	meta, err := a.query("/v1/catalog/node/"+node, &out, q)
+	return out, meta, err
 }
 
 func (a API) CatalogNodes(q *api.QueryOptions) ([]*api.Node, *api.QueryMeta, error) {
-	return a.C.Catalog().Nodes(q)
+	var out []*api.Node
+	meta, err := a.query("/v1/catalog/nodes", &out, q)
+	return out, meta, err
 }
 
 func (a API) KVGet(key string, q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
@@ -41,13 +49,27 @@ func (a API) Txn(ops api.TxnOps, q *api.QueryOptions) (bool, *api.TxnResponse, *
 	return a.C.Txn().Txn(ops, q)
 }
 
-// query reads path into out: through Raw when the API has it,
-// else through consul/api (both escape the path).
+// query reads path into out: through Raw when the API has it, else
+// through consul/api (both escape the path, and send the same request).
+// Either way an answer a reader could not use (checkAnswer) is an
+// ErrBadAnswer naming path; Raw also bounds the answer's size.
 func (a API) query(path string, out any, q *api.QueryOptions) (*api.QueryMeta, error) {
 	if a.Raw != nil {
 		return a.Raw.query(path, out, q)
 	}
-	return a.C.Raw().Query(path, out, q)
+	meta, err := a.C.Raw().Query(path, out, q)
+	var se api.StatusError
+	var ue *url.Error
+	switch {
+	case err != nil && !errors.As(err, &se) && !errors.As(err, &ue):
+		return nil, answerError(http.MethodGet, path, "not the JSON expected", err)
+	case err != nil:
+		return nil, err
+	}
+	if where := checkAnswer(out); where != "" {
+		return nil, answerError(http.MethodGet, path, where, nil)
+	}
+	return meta, nil
 }
 
 func (a API) NodeServices(node string, q *api.QueryOptions) (*NodeServices, *api.QueryMeta, error) {
@@ -84,7 +106,10 @@ func (a API) CommitTxn(ops api.TxnOps, body []byte, q *api.QueryOptions) (ok boo
 	if errors.As(err, &se) && se.Code == http.StatusConflict {
 		resp = &TxnResponse{}
 		if jerr := json.Unmarshal([]byte(se.Body), resp); jerr != nil {
-			return false, nil, fmt.Errorf("decode the answer of a rolled back transaction: %w", jerr)
+			return false, nil, answerError(http.MethodPut, "/v1/txn", "decode the answer of a rolled back transaction", jerr)
+		}
+		if where := checkAnswer(resp); where != "" {
+			return false, nil, answerError(http.MethodPut, "/v1/txn", where, nil)
 		}
 		return false, resp, nil
 	}

@@ -32,6 +32,9 @@ type Raw struct {
 	dc     string
 	token  string             // a static token (the token transport, if any, overrides it)
 	auth   *api.HttpBasicAuth // CONSUL_HTTP_AUTH, as consul/api sends it
+	// MaxAnswer bounds the body of an answer (0: DefaultMaxAnswer); a
+	// longer one is an error, read no further.
+	MaxAnswer int64
 }
 
 // NewRaw returns the raw reads of the consul/api client built from
@@ -146,7 +149,9 @@ func (r *Raw) do(ctx context.Context, method string, u *url.URL, header http.Hea
 		return nil, err
 	}
 	defer func() {
-		_, _ = io.Copy(io.Discard, resp.Body)
+		// What is left of a short answer is read so that the connection
+		// is kept; a longer rest closes it.
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 		resp.Body.Close()
 	}()
 	buf := bufs.Get().(*bytes.Buffer)
@@ -156,14 +161,24 @@ func (r *Raw) do(ctx context.Context, method string, u *url.URL, header http.Hea
 			bufs.Put(buf)
 		}
 	}()
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return nil, err
+	limit := r.MaxAnswer
+	if limit <= 0 {
+		limit = DefaultMaxAnswer
 	}
-	if resp.StatusCode != http.StatusOK {
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+	switch {
+	case err != nil:
+		return nil, answerError(method, u.Path, "read the answer", err)
+	case n > limit:
+		return nil, answerError(method, u.Path, fmt.Sprintf("the answer is over %d bytes", limit), nil)
+	case resp.StatusCode != http.StatusOK:
 		return nil, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(buf.String())}
 	}
 	if err := decode(buf.Bytes(), out); err != nil {
-		return nil, err
+		return nil, answerError(method, u.Path, notJSON(resp.Header), err)
+	}
+	if where := checkAnswer(out); where != "" {
+		return nil, answerError(method, u.Path, where, nil)
 	}
 	return resp.Header, nil
 }
