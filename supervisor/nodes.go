@@ -7,7 +7,7 @@ import (
 
 // ServicesPerNode is how many Services one Consul node is meant to hold:
 // Consul's cost of a write grows with the services (their checks) already
-// on the node it goes to (docs/scaling.md).
+// on the node it goes to (docs/design/decisions/consul-nodes.md).
 const ServicesPerNode = 100
 
 // ChooseNodes returns how many Consul nodes a cluster of selected Services

@@ -260,7 +260,7 @@ func TestAnnotationErrorValue(t *testing.T) {
 }
 
 // FuzzParseTags: ParseTags never panics; what it returns obeys its
-// contract, and escaping the tags again round-trips.
+// contract, and the tags escaped again parse back to the same tags.
 func FuzzParseTags(f *testing.F) {
 	for _, s := range []string{"", "a,b", ` a\, b ,c`, `a\\,b`, `a\`, ",,,", "\xff", nTags(129), strings.Repeat("日", 100)} {
 		f.Add(s)
@@ -288,7 +288,7 @@ func FuzzParseTags(f *testing.F) {
 				t.Fatalf("bad tag %q from %q", tag, in)
 			}
 			// A tag ending in a backslash cannot be followed by a
-			// separator without escaping it: no round trip.
+			// separator without escaping it: it does not parse back.
 			if strings.HasSuffix(tag, `\`) {
 				escapable = false
 			}
@@ -302,7 +302,7 @@ func FuzzParseTags(f *testing.F) {
 		}
 		again, err := ParseTags(strings.Join(parts, ","))
 		if err != nil || !slices.Equal(again, tags) {
-			t.Fatalf("round trip of %q: got %q, %v", tags, again, err)
+			t.Fatalf("%q escaped and parsed again: got %q, %v", tags, again, err)
 		}
 	})
 }

@@ -14,7 +14,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem ./worker
 //
-// and compare allocs/op and B/op with docs/benchmarks.md: a regression
+// and compare allocs/op and B/op before and after a change: a regression
 // here is a regression of the daemon's CPU and memory at scale.
 
 func benchSvc(n int) *k8s.Service {

@@ -13,7 +13,7 @@ import (
 // CAS writes and deletes read, and a digest of the rest (address, port,
 // weight, tags and meta). An entry held whole cost ~0.6 KiB, most of it
 // its meta map; a Held costs ~0.15 KiB, which at 10,000 Services x 10 is
-// ~45 MiB less heap (docs/benchmarks.md). Entries become Held only once
+// ~45 MiB less heap. Entries become Held only once
 // verified as ours (OwnedOf) or written by us (merge).
 type Held struct {
 	ID           string

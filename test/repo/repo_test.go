@@ -1,8 +1,10 @@
 // Package repo checks the repository itself: no build output is tracked or
 // can be added by accident, every documented build command writes its
 // binary under bin/ or out/ (both ignored), make build stamps the
-// version, and make docs regenerates every generated doc. It needs git, make and the go command, and skips without a git
-// checkout (a source tarball).
+// version, make docs regenerates every generated doc, and README.md,
+// docs/ and the Go files state what is true now, not history
+// (docs_test.go). It needs git, make and the go command, and skips without
+// a git checkout (a source tarball).
 package repo
 
 import (
