@@ -47,7 +47,15 @@ func (w *Watcher) serviceChanged(obj any) {
 		w.log.Warn("Ignoring unexpected object from the Service informer", "type", typeName(obj))
 		return
 	}
-	w.notify(Key{Namespace: svc.Namespace, Name: svc.Name})
+	w.notifyService(Key{Namespace: svc.Namespace, Name: svc.Name})
+}
+
+// notifyService passes a Service's key to the handler and to OnService.
+func (w *Watcher) notifyService(key Key) {
+	w.notify(key)
+	if w.onService != nil {
+		w.onService(key)
+	}
 }
 
 // serviceDeleted notifies the deleted Service; a tombstone's key is used
@@ -63,7 +71,7 @@ func (w *Watcher) serviceDeleted(obj any) {
 		w.log.Warn("Ignoring Service tombstone with a bad key", "key", tombstone.Key, "error", err)
 		return
 	}
-	w.notify(key)
+	w.notifyService(key)
 }
 
 func (w *Watcher) sliceChanged(obj any) {

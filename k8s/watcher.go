@@ -39,9 +39,10 @@ type Watcher struct {
 	ingresses cache.SharedIndexInformer // nil when WatcherOptions.Ingresses is off
 	synced    []cache.ResourceEventHandlerRegistration
 
-	mu      sync.Mutex
-	started bool
-	handler Handler // written before Start only; read by informer goroutines
+	mu        sync.Mutex
+	started   bool
+	handler   Handler // written before Start only; read by informer goroutines
+	onService func(Key)
 
 	wg sync.WaitGroup
 }
@@ -55,6 +56,10 @@ type WatcherOptions struct {
 	// Ingresses runs a networking.k8s.io/v1 Ingress informer (--enable-ingress).
 	Ingresses bool
 	Log       hclog.Logger
+	// OnService, when set, is also told of every add, update and delete
+	// of a Service (level-based, like Handler; on an informer goroutine):
+	// the Consul -> Kubernetes import mode finds its Services there.
+	OnService func(Key)
 }
 
 // NewWatcher builds the Service, EndpointSlice and Node informers over the
@@ -71,7 +76,7 @@ func NewWatcherWith(client kubernetes.Interface, opts WatcherOptions) *Watcher {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	w := &Watcher{log: log, resync: resync}
+	w := &Watcher{log: log, resync: resync, onService: opts.OnService}
 	core, discovery := client.CoreV1(), client.DiscoveryV1()
 	w.services = w.informer(client, "Service", &corev1.Service{}, cache.Indexers{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

@@ -85,6 +85,10 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	defer recorder.Shutdown()
 
 	reserved := &supervisor.ReservedTags{}
+	imports := &serviceFeed{} // to-k8s import mode (tok8s.go)
+	watcher := k8s.NewWatcherWith(kube, k8s.WatcherOptions{
+		Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"), OnService: imports.changed,
+	})
 	sup = supervisor.New(supervisor.Options{
 		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values, SkipClusterIP: !cfg.SyncClusterIP},
 		Worker: worker.Config{
@@ -96,9 +100,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			EnableIngress: cfg.EnableIngress, IngressLoadBalancerIPs: cfg.IngressLBIPs, ConsulK8sMeta: cfg.ConsulK8sMeta,
 			StrictAnnotations: cfg.StrictAnnotations,
 		},
-		Watcher: k8s.NewWatcherWith(kube, k8s.WatcherOptions{
-			Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"),
-		}),
+		Watcher:           watcher,
 		Store:             store,
 		Metrics:           metrics,
 		Reporter:          recorder,
@@ -194,9 +196,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 			store.SetGuard(claim)
 			ready.setClaim(claim)
 		}
-		if cfg.ToK8s.Enabled {
+		if cfg.ToK8s.Enabled || cfg.ToK8s.Import {
 			g.Go(func() error {
-				return runToK8s(gctx, cfg.ToK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, log.Named("to-k8s"))
+				return runToK8s(gctx, cfg.ToK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, watcher, imports, log.Named("to-k8s"))
 			})
 		}
 		return sup.Run(gctx)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/watch"
+	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/apply"
 	"github.com/fleetsync/fleetsync/k8s/owned"
 	"github.com/fleetsync/fleetsync/ownership"
@@ -24,6 +26,7 @@ import (
 // toK8sConfig is every flag of the Consul -> Kubernetes direction.
 type toK8sConfig struct {
 	Enabled         bool
+	Import          bool
 	Mode            string
 	Namespace       string
 	Prefix          string
@@ -44,6 +47,7 @@ const toK8sModeEndpointSlices = "endpointslices"
 
 func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Enabled, "to-k8s", false, "mirror Consul services into Kubernetes: each Consul service that passes the filters becomes a selectorless ClusterIP Service in --k8s-write-namespace with EndpointSlices of its instances (consul-k8s -to-k8s)")
+	fs.BoolVar(&c.Import, "to-k8s-import", false, "import mode: fill the EndpointSlices of every selectorless Service annotated "+k8smark.AnnotationConsulService+": <consul service> with that service's instances (the Service stays the user's)")
 	fs.StringVar(&c.Mode, "to-k8s-mode", toK8sModeEndpointSlices, "what --to-k8s makes of a Consul service: endpointslices (a selectorless ClusterIP Service and EndpointSlices)")
 	fs.StringVar(&c.Namespace, "k8s-write-namespace", "", "namespace of the Services --to-k8s makes (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&c.Prefix, "k8s-service-prefix", "", "prefix of the Services --to-k8s makes (a name that is not a valid Service name is sanitised and hashed)")
@@ -82,7 +86,7 @@ func (c *toK8sConfig) validate() error {
 
 // runToK8s runs the Consul -> Kubernetes fleet until ctx is done.
 func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *consul.Conn, scope consul.Scope,
-	cluster ownership.Cluster, reporter wtok8s.Reporter, log hclog.Logger) error {
+	cluster ownership.Cluster, reporter wtok8s.Reporter, services *k8s.Watcher, feed *serviceFeed, log hclog.Logger) error {
 	mark, err := k8smark.New(cluster.ID())
 	if err != nil {
 		return err
@@ -111,12 +115,42 @@ func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *co
 		wopts.Namespace = scope.Namespace
 	}
 	w := conn.NewWatch(wopts)
-	log.Info("Mirroring Consul into Kubernetes", "namespace", ns, "prefix", c.Prefix)
-	return stok8s.New(stok8s.Options{
+	log.Info("Consul -> Kubernetes", "mirror", c.Enabled, "import", c.Import, "namespace", ns, "prefix", c.Prefix)
+	var imports stok8s.Imports
+	if c.Import {
+		imports = services
+	}
+	sup := stok8s.New(stok8s.Options{
 		Config: wtok8s.Config{Cluster: cluster, Mark: mark, ExcludeTag: c.ExcludeTag, IncludeClusters: c.IncludeClusters.values,
 			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
 		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values},
 		Catalog: w.Services, Health: w.Health, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
-		Reporter: reporter, Log: log,
-	}).Run(ctx)
+		Reporter: reporter, Log: log, Imports: imports,
+	})
+	feed.set(sup.ServiceChanged)
+	return sup.Run(ctx)
+}
+
+// serviceFeed passes the shared Service informer's changes
+// (k8s.WatcherOptions.OnService) to the to-k8s supervisor once it exists;
+// the supervisor reads every Service once the informer synced, so what
+// comes before is not lost.
+type serviceFeed struct {
+	mu sync.Mutex
+	f  func(k8s.Key)
+}
+
+func (s *serviceFeed) set(f func(k8s.Key)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f = f
+}
+
+func (s *serviceFeed) changed(k k8s.Key) {
+	s.mu.Lock()
+	f := s.f
+	s.mu.Unlock()
+	if f != nil {
+		f(k)
+	}
 }

@@ -34,6 +34,10 @@ type Options struct {
 	Reporter  wtok8s.Reporter
 	Log       hclog.Logger
 	Clock     clock.Clock
+	// Imports, when set, turns import mode on: annotated selectorless
+	// Services (see imports.go); call ServiceChanged for every Service
+	// change.
+	Imports Imports
 	// Observe, when set, is told of every worker flush that wrote or failed.
 	Observe func(writes int, err error)
 }
@@ -53,6 +57,7 @@ type Supervisor struct {
 	mu       sync.Mutex
 	ctx      context.Context // Run's, once the gate is open
 	selected map[owned.Key]string
+	imports  map[owned.Key]importUnit
 	known    chan struct{} // closed at the first catalog answer
 	workers  map[owned.Key]*running
 	wg       sync.WaitGroup
@@ -67,7 +72,7 @@ func New(opts Options) *Supervisor {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}),
-		selected: map[owned.Key]string{}, workers: map[owned.Key]*running{}}
+		selected: map[owned.Key]string{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
 }
 
 // Bootstrapped is closed once the gate is open.
@@ -81,8 +86,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.opts.Owned.Wait()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if !s.opts.Mirror {
+		close(s.known) // import mode alone watches no catalog
+	}
 	wg.Add(1)
 	go func() {
+		if !s.opts.Mirror {
+			wg.Done()
+			return
+		}
 		defer wg.Done()
 		first := true
 		watch.Loop(ctx, watch.Fetch[map[string][]string](s.opts.Catalog), func(names map[string][]string) {
@@ -98,7 +110,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		}})
 	}()
-	if !s.opts.Owned.WaitForSync(ctx) {
+	if !s.opts.Owned.WaitForSync(ctx) || !s.loadImports(ctx) {
 		return nil
 	}
 	select {
@@ -139,6 +151,12 @@ func (s *Supervisor) units() map[owned.Key]string {
 	for k, v := range s.selected {
 		out[k] = v
 	}
+	for k, u := range s.imports {
+		out[k] = u.consul // an import wins over a mirror of the same name
+		if u.problem != "" {
+			out[k] = ""
+		}
+	}
 	s.mu.Unlock()
 	for _, k := range s.opts.Owned.Keys() {
 		if _, ok := out[k]; !ok {
@@ -152,10 +170,20 @@ func (s *Supervisor) units() map[owned.Key]string {
 func (s *Supervisor) lookup(k owned.Key) wtok8s.Lookup {
 	return func() (wtok8s.Unit, *corev1.Service, bool) {
 		s.mu.Lock()
-		name, ok := s.selected[k]
-		s.mu.Unlock()
-		return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: name, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
+		defer s.mu.Unlock()
+		return s.unitLocked(k)
 	}
+}
+
+// unitLocked is unit k as it stands: an import-mode Service, else a
+// mirrored Consul name, else a unit with only marked objects left (not
+// selected). s.mu is held.
+func (s *Supervisor) unitLocked(k owned.Key) (wtok8s.Unit, *corev1.Service, bool) {
+	if u, obj, ok, imported := s.importLookup(k); imported {
+		return u, obj, ok
+	}
+	name, ok := s.selected[k]
+	return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: name, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
 }
 
 // changed routes a marked object's change to its unit's worker, or starts
@@ -207,8 +235,10 @@ func (s *Supervisor) start(ctx context.Context, k owned.Key, consulName string) 
 	if consulName == "" {
 		health = nil
 	}
+	unit, _, _ := s.unitLocked(k)
+	unit.ConsulName = consulName
 	w := wtok8s.New(wtok8s.Options{
-		Unit:   wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: consulName, Mirror: s.opts.Mirror, PortName: wtok8s.PortName},
+		Unit:   unit,
 		Config: s.opts.Config, Lookup: s.lookup(k), Health: health, Owned: s.opts.Owned, Writer: s.opts.Writer,
 		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate, Observe: s.opts.Observe,
 	})

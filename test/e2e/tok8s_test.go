@@ -300,3 +300,56 @@ func TestToK8sLoopGuard(t *testing.T) {
 		t.Errorf("consul service %s: %v, want %v", app, got, want)
 	}
 }
+
+// TestToK8sImport: import mode fills a selectorless Service annotated
+// fleetsync.io/consul-service with slices grouped by instance port, owned by
+// the Service and named by its port; a Service with a selector gets an
+// InvalidAnnotation Event and no slices; removing the annotation removes
+// the slices and leaves the Service.
+func TestToK8sImport(t *testing.T) {
+	e := newEnv(t)
+	p := e.cluster + "i"
+	db, bad, consulName := p+"-db", p+"-bad", p+"-postgres"
+	vmInstance(t, p+"-vm1", "10.79.0.1", consulName, "d1", "", 5432, "passing")
+	vmInstance(t, p+"-vm2", "10.79.0.2", consulName, "d2", "", 5433, "passing")
+	// Service maintenance mode, as `consul maint -service` records it.
+	_, err := consul.Client.Catalog().Register(&consulapi.CatalogRegistration{Node: p + "-vm2", Address: "10.79.0.2", SkipNodeUpdate: true,
+		Check: &consulapi.AgentCheck{Node: p + "-vm2", CheckID: "_service_maintenance:d2", Name: "Service Maintenance Mode", Status: "critical", ServiceID: "d2"}}, nil)
+	must(t, err)
+	ann := map[string]string{"fleetsync.io/consul-service": consulName}
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, db, ann, map[string]int32{"pg": 5432})))
+	withSelector := fixture.Service(e.ns, bad, ann, map[string]int32{"pg": 5432})
+	withSelector.Spec.Selector = map[string]string{"app": "db"}
+	must(t, fixture.ApplyService(e.ctx, kube.Client, withSelector))
+	e.daemon("--to-k8s-import")
+	e.waitSlices(db, db+"-4-5432-0[IPv4:5432]: 10.79.0.1=true/true/false; "+db+"-4-5433-0[IPv4:5433]: 10.79.0.2=false/false/true")
+	svc, err := kube.Client.CoreV1().Services(e.ns).Get(e.ctx, db, metav1.GetOptions{})
+	must(t, err)
+	list, err := kube.Client.DiscoveryV1().EndpointSlices(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + db})
+	must(t, err)
+	for _, s := range list.Items {
+		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != svc.UID || *s.Ports[0].Name != "pg" || s.Labels["fleetsync.io/cluster"] != e.cluster {
+			t.Errorf("slice %s: owners %v, port %q, labels %v", s.Name, s.OwnerReferences, *s.Ports[0].Name, s.Labels)
+		}
+	}
+	if len(svc.Labels) != 0 {
+		t.Errorf("the user's Service got labels %v", svc.Labels)
+	}
+	eventually(t, 10*time.Second, "InvalidAnnotation event", func() error {
+		evs, err := kube.Client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "reason=InvalidAnnotation,involvedObject.name=" + bad})
+		if err != nil || len(evs.Items) == 0 {
+			return fmt.Errorf("no InvalidAnnotation event for %s (%v)", bad, err)
+		}
+		return nil
+	})
+	if s, _ := sliceView(e.ctx, t, e.ns, bad); s != "" {
+		t.Fatalf("slices for the Service with a selector: %s", s)
+	}
+	e.quiet("import steady state", 2*time.Second)
+
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, db, nil, map[string]int32{"pg": 5432})))
+	e.waitSlices(db, "")
+	if _, err := kube.Client.CoreV1().Services(e.ns).Get(e.ctx, db, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the user's Service: %v", err)
+	}
+}
