@@ -321,3 +321,7 @@ func (s *jscan) idIndex(names fields, depth int, id *string, index *uint64) {
 		}
 	})
 }
+
+// Decode decodes an answer as the reads do (decode), for the codec
+// benchmarks (codecbench).
+func Decode(b []byte, out any) error { return decode(b, out) }

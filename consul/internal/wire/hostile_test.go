@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/internal/wire/wiretest"
 )
 
 // aRead is one read of API, with the path it asks and what it gave.
@@ -141,8 +143,8 @@ func TestHostileAnswersAreErrorsNamingThePath(t *testing.T) {
 // panics, and each either gives what its reader can use (checkAnswer) or
 // an ErrBadAnswer naming its path.
 func FuzzReads(f *testing.F) {
-	for _, path := range []string{answerNodeServices, answerNodeChecks, answerTxn} {
-		f.Add(readAnswer(f, path))
+	for _, name := range []string{wiretest.NodeServices, wiretest.NodeChecks, wiretest.TxnAnswer} {
+		f.Add(wiretest.Read(f, name))
 	}
 	for _, b := range []string{`[null]`, `{"Services":[null]}`, `[{"Node":{"Node":"n"},"Service":null}]`, `[{"Checks":[null]}]`,
 		`{"Node":null}`, `{"Node":{"Node":"n"},"Services":{"a":null}}`, `{"Results":[null],"Errors":[null]}`, "<html>", `[{"ID":"x"`, ""} {
