@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/fleetsync/fleetsync/consul/budget"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -84,9 +85,6 @@ type Guard interface {
 	Failed(ctx context.Context) error
 }
 
-// DefaultRequestTimeout is Options.RequestTimeout's default.
-const DefaultRequestTimeout = 10 * time.Second
-
 // Client reads owned state and writes changes. Safe for concurrent use.
 type Client struct {
 	api   catalogAPI
@@ -143,9 +141,16 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// NewClient returns a client writing on behalf of owner.
+// NewClient returns a client of c writing on behalf of owner.
 func NewClient(c *api.Client, owner Owner, opts Options) *Client {
 	return newClient(wire.API{C: c}, owner, opts)
+}
+
+// NewConnClient returns a client of connection cn writing on behalf of
+// owner: its reads of owned state and its transactions go through cn's
+// own HTTP client without consul/api's decoding (conn.Conn.Wire).
+func NewConnClient(cn *conn.Conn, owner Owner, opts Options) *Client {
+	return newClient(cn.Wire(), owner, opts)
 }
 
 func newClient(a catalogAPI, owner Owner, opts Options) *Client {
@@ -159,7 +164,7 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 		opts.MaxReads = 32
 	}
 	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = DefaultRequestTimeout
+		opts.RequestTimeout = conn.DefaultRequestTimeout
 	}
 	if opts.MarksMaxAge == 0 {
 		opts.MarksMaxAge = MarksMaxAge

@@ -1,5 +1,5 @@
-// Package consul reads fleetsync's owned state from the Consul catalog and
-// writes changes to it as transactions.
+// Package consul is the catalog store: it reads fleetsync's owned state
+// from the Consul catalog and writes changes to it as transactions.
 //
 // Contract:
 //
@@ -18,11 +18,9 @@
 //     ever overwritten blindly.
 //   - Reads and writes honour the context; a cancelled context returns its
 //     error.
-//   - Nothing outside the packages under consul/ holds the consul/api
-//     client: a Conn (Open for the operator commands, Dial for the daemon:
-//     failover, token source, login) builds every Client and Health, and
-//     hands its client (Conn.API) to package claim (the cluster-id claim)
-//     and package admin (the operator commands).
+//   - A Client is built over a connection (NewConnClient, package
+//     conn) or, in tests, over a consul/api client (NewClient). Nothing
+//     outside the packages under consul/ holds the consul/api client.
 //
 // A Client is safe for concurrent use.
 package consul

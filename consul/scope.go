@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // Scope is where in Consul the instances live: a namespace and an admin
@@ -92,10 +94,6 @@ func (s Scope) kvQuery(q *api.QueryOptions) *api.QueryOptions {
 	return q
 }
 
-// ErrEnterpriseOnly is matched by CheckScope's error when Consul does not
-// support the namespace or partition asked for (Consul OSS).
-var ErrEnterpriseOnly = errors.New("consul: namespaces and admin partitions need Consul Enterprise")
-
 // CheckScope asks Consul once for the scope's namespace and partition (a
 // read of the owner's node services) and explains a Consul that cannot
 // have them (Consul OSS answers 400 "... Consul Enterprise feature"), so
@@ -130,7 +128,7 @@ func (c *Client) CheckScope(ctx context.Context) error {
 		if s.MirrorNamespaces {
 			flags = append(flags, "--enable-k8s-namespace-mirroring")
 		}
-		return fmt.Errorf("%w: this Consul refuses %s (%s); remove the flag(s) for Consul OSS, or use the default namespace and partition", ErrEnterpriseOnly, strings.Join(flags, " "), se.Body)
+		return fmt.Errorf("%w: this Consul refuses %s (%s); remove the flag(s) for Consul OSS, or use the default namespace and partition", conn.ErrEnterpriseOnly, strings.Join(flags, " "), se.Body)
 	}
 	return fmt.Errorf("check the Consul namespace and partition: %w", c.ctxErr(ctx, err))
 }

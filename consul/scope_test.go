@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // shapeServer answers the catalog, health and txn requests a Client
@@ -78,8 +80,8 @@ func (s *shapeServer) api(t *testing.T, dc string) *api.Client {
 	cfg := api.DefaultNonPooledConfig()
 	cfg.Address = strings.TrimPrefix(s.srv.URL, "http://")
 	cfg.Datacenter = dc
-	ts, _ := NewTokenSource("", "", nil)
-	c, err := NewAPIClient(cfg, ts)
+	ts, _ := conn.NewTokenSource("", "", nil)
+	c, err := conn.NewAPIClient(cfg, ts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestScopeMetaKey(t *testing.T) {
 }
 
 // TestCheckScopeOnOSS: against the real Consul OSS agent a namespace, a
-// partition or mirroring is refused at once with ErrEnterpriseOnly naming
+// partition or mirroring is refused at once with conn.ErrEnterpriseOnly naming
 // the flag; the zero scope sends nothing and passes.
 func TestCheckScopeOnOSS(t *testing.T) {
 	if agent == nil {
@@ -263,8 +265,8 @@ func TestCheckScopeOnOSS(t *testing.T) {
 	} {
 		c := NewClient(agent.Client, testOwner{id: "scope"}, Options{Scope: tc.scope})
 		err := c.CheckScope(t.Context())
-		if !errors.Is(err, ErrEnterpriseOnly) || !strings.Contains(err.Error(), tc.flag) {
-			t.Errorf("%+v: err %v, want ErrEnterpriseOnly naming %s", tc.scope, err, tc.flag)
+		if !errors.Is(err, conn.ErrEnterpriseOnly) || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%+v: err %v, want conn.ErrEnterpriseOnly naming %s", tc.scope, err, tc.flag)
 		}
 	}
 	if err := NewClient(agent.Client, testOwner{id: "scope"}, Options{Scope: Scope{Namespace: "default"}}).CheckScope(t.Context()); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -66,11 +67,11 @@ func TestLeanReadsAgreeWithTheAPIClient(t *testing.T) {
 		}
 	}
 	// The daemon's client (a Conn's) reads without consul/api (wire.Raw).
-	cn, err := Open(ConnConfig{Addresses: []string{a.HTTPAddr}})
+	cn, err := conn.Open(conn.Config{Addresses: []string{a.HTTPAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := cn.NewClient(owner, Options{})
+	raw := NewConnClient(cn, owner, Options{})
 	if raw.api.(wire.API).Raw == nil {
 		t.Fatal("a Conn's client reads through consul/api")
 	}

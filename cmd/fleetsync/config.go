@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/supervisor/shard"
@@ -128,7 +128,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.MirrorNamespaces, "enable-k8s-namespace-mirroring", false, "Consul Enterprise: put each instance in the Consul namespace named like its Kubernetes namespace (with --k8s-namespace-mirroring-prefix), as consul-k8s's flag of that name")
 	fs.StringVar(&c.MirrorPrefix, "k8s-namespace-mirroring-prefix", "", "prefix of the mirrored Consul namespace names (with --enable-k8s-namespace-mirroring)")
 	fs.StringVar(&c.LoginAuthMethod, "consul-login-auth-method", "", "log in to Consul with this auth method (a Kubernetes one, e.g. consul-k8s's <release>-consul-k8s-component-auth-method) instead of a static token: the login token is renewed by logging in again when Consul no longer knows it, and logged out on shutdown")
-	fs.StringVar(&c.LoginBearerTokenFile, "consul-login-bearer-token-file", consul.DefaultBearerTokenFile, "bearer token to log in with (the pod's ServiceAccount token; read again before every login)")
+	fs.StringVar(&c.LoginBearerTokenFile, "consul-login-bearer-token-file", conn.DefaultBearerTokenFile, "bearer token to log in with (the pod's ServiceAccount token; read again before every login)")
 	fs.Var(&c.LoginMeta, "consul-login-meta", "key=value meta put on the login token (repeatable or comma-separated; e.g. pod=<namespace>/<name>)")
 	fs.StringVar(&c.LoginDatacenter, "consul-login-datacenter", "", "datacenter of the auth method (default --consul-datacenter): a global token from another datacenter's auth method")
 
@@ -153,7 +153,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Resync, "informer-resync", 0, "Kubernetes informer resync period (0: off)")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", 5*time.Minute, "anti-entropy: every worker re-reads its instances from Consul this often (±10 %; the first pass 0.5 to 1.5 periods after the worker's first sync) and repairs drift (0: off)")
 	fs.DurationVar(&c.NodeCheck, "node-check-interval", time.Second, "how often to read the cluster's Consul nodes and their indexes (one or two small requests): a node gone or created again, or an index gone back (Consul restarted empty or restored an older snapshot), makes every worker re-read and repair its Service at once; a node named like ours that is someone else's is reported (0: off)")
-	fs.DurationVar(&c.ConsulTimeout, "consul-request-timeout", consul.DefaultRequestTimeout, "deadline of every Consul request: a Consul that accepts connections and never answers costs at most this, and frees the request's slot")
+	fs.DurationVar(&c.ConsulTimeout, "consul-request-timeout", conn.DefaultRequestTimeout, "deadline of every Consul request: a Consul that accepts connections and never answers costs at most this, and frees the request's slot")
 
 	fs.Float64Var(&c.MaxWrites, "consul-max-writes-per-second", 0, "global budget of Consul transactions per second, shared by all workers (0: unlimited)")
 	fs.IntVar(&c.WriteBurst, "consul-write-burst", 10, "burst allowed above --consul-max-writes-per-second")

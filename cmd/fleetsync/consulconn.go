@@ -11,19 +11,20 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // consulConn is fleetsync's way into Consul: the connection (addresses,
 // token or login, TLS), the scope, and whether it logs in.
 type consulConn struct {
-	*consul.Conn
+	*conn.Conn
 	scope consul.Scope
 	login bool
 }
 
 // consulConnConfig is the connection part of the flags.
-func consulConnConfig(cfg config) consul.ConnConfig {
-	return consul.ConnConfig{
+func consulConnConfig(cfg config) conn.Config {
+	return conn.Config{
 		Addresses: cfg.ConsulAddr.values, Token: cfg.ConsulToken, TokenFile: cfg.ConsulTokenFile,
 		CAFile: cfg.ConsulCACert, CertFile: cfg.ConsulCert, KeyFile: cfg.ConsulKey, TLSServerName: cfg.ConsulTLSName,
 		SSL: cfg.ConsulSSL, Datacenter: cfg.ConsulDatacenter, Compression: cfg.ConsulGzip,
@@ -36,20 +37,20 @@ func consulScope(cfg config, getenv func(string) string) consul.Scope {
 	s := consul.Scope{Namespace: cfg.ConsulNamespace, Partition: cfg.ConsulPartition,
 		MirrorNamespaces: cfg.MirrorNamespaces, MirrorPrefix: cfg.MirrorPrefix}
 	if s.Namespace == "" && !s.MirrorNamespaces {
-		s.Namespace = getenv(consul.NamespaceEnv)
+		s.Namespace = getenv(conn.NamespaceEnv)
 	}
 	if s.Partition == "" {
-		s.Partition = getenv(consul.PartitionEnv)
+		s.Partition = getenv(conn.PartitionEnv)
 	}
 	return s
 }
 
 func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulConn, error) {
 	cc := &consulConn{scope: consulScope(cfg, os.Getenv), login: cfg.LoginAuthMethod != ""}
-	opts := consul.DialOptions{Log: log}
+	opts := conn.DialOptions{Log: log}
 	if cc.login {
 		meta, _ := cfg.loginMeta() // validated
-		opts.Login = &consul.LoginConfig{
+		opts.Login = &conn.LoginConfig{
 			AuthMethod: cfg.LoginAuthMethod, BearerTokenFile: cfg.LoginBearerTokenFile, Meta: withPodMeta(meta, os.Getenv),
 			Datacenter: cfg.LoginDatacenter, Partition: cc.scope.Partition,
 		}
@@ -58,7 +59,7 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 	if err != nil {
 		return nil, err
 	}
-	conn, err := consul.Dial(ctx, connCfg, opts)
+	conn, err := conn.Dial(ctx, connCfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +69,10 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 
 // start logs in (with a login auth method), checks the scope and the
 // token's permissions on perms, retrying while Consul cannot be reached
-// (consul.Conn.Start); a permission the policy lacks is explained.
-func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Client, perms []consul.Permission, log hclog.Logger) error {
-	err := cc.Start(ctx, store, cc.scope, perms, log)
-	if errors.Is(err, consul.ErrNotPermitted) {
+// (conn.Conn.Start); a permission the policy lacks is explained.
+func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Client, perms []conn.Permission, log hclog.Logger) error {
+	err := cc.Start(ctx, store.CheckScope, cc.scope.Partition, perms, log)
+	if errors.Is(err, conn.ErrNotPermitted) {
 		return cc.permissionError(cfg, "check the Consul ACL token's permissions", err)
 	}
 	return err
@@ -118,7 +119,7 @@ func withPodMeta(meta map[string]string, getenv func(string) string) map[string]
 // neededPermissions are the checks made at start: node:write on the
 // cluster's first node (and on its second with --consul-nodes > 1: the
 // node_prefix rule), key:write on the claim key with --claim-cluster-id.
-func neededPermissions(cfg config, first string) []consul.Permission {
+func neededPermissions(cfg config, first string) []conn.Permission {
 	nodes := []string{first}
 	if cfg.ConsulNodes > 1 {
 		nodes = append(nodes, first+".1")
@@ -127,5 +128,5 @@ func neededPermissions(cfg config, first string) []consul.Permission {
 	if cfg.Claim {
 		claimKey = strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID
 	}
-	return consul.NeededPermissions(nodes, claimKey)
+	return conn.NeededPermissions(nodes, claimKey)
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // TestConsulAccessFlags: the login, address, datacenter and scope flags
@@ -11,7 +11,7 @@ import (
 func TestConsulAccessFlags(t *testing.T) {
 	runFlagCases(t, []flagCase{
 		{name: "login defaults", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s"}, check: func(t *testing.T, c config) {
-			if c.LoginBearerTokenFile != consul.DefaultBearerTokenFile || c.LoginAuthMethod != "k8s" {
+			if c.LoginBearerTokenFile != conn.DefaultBearerTokenFile || c.LoginAuthMethod != "k8s" {
 				t.Errorf("%+v", c)
 			}
 		}},

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // consul-k8s's connection variables, as its components read them
@@ -26,18 +26,18 @@ const (
 
 // connConfig is the connection of the flags, completed from consul-k8s's
 // variables in the process's environment (see withConsulK8sEnv).
-func connConfig(cfg config) (consul.ConnConfig, error) {
+func connConfig(cfg config) (conn.Config, error) {
 	return withConsulK8sEnv(consulConnConfig(cfg), os.Getenv)
 }
 
-// openConsul is consul.Open of connConfig: the operator commands' plain
+// openConsul is conn.Open of connConfig: the operator commands' plain
 // connection.
-func openConsul(cfg config) (*consul.Conn, error) {
+func openConsul(cfg config) (*conn.Conn, error) {
 	cc, err := connConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return consul.Open(cc)
+	return conn.Open(cc)
 }
 
 // withConsulK8sEnv fills each connection setting that neither a flag (nor
@@ -60,7 +60,7 @@ func openConsul(cfg config) (*consul.Conn, error) {
 // A value that cannot be used is an error naming the variable (consul-k8s
 // ignores an unparsable port or boolean; a typo here would otherwise
 // reach the wrong Consul, or the right one in clear text).
-func withConsulK8sEnv(cc consul.ConnConfig, getenv func(string) string) (consul.ConnConfig, error) {
+func withConsulK8sEnv(cc conn.Config, getenv func(string) string) (conn.Config, error) {
 	if !cc.SSL && getenv("CONSUL_HTTP_SSL") == "" {
 		if v := getenv(consulK8sUseTLSEnv); v != "" {
 			b, err := strconv.ParseBool(v)

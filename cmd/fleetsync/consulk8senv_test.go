@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/claim"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // TestConsulK8sEnvPrecedence: consul-k8s's variables fill what neither a
@@ -40,33 +40,33 @@ func TestConsulK8sEnvPrecedence(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		flags consul.ConnConfig
+		flags conn.Config
 		env   map[string]string
-		want  consul.ConnConfig
+		want  conn.Config
 	}{
-		{name: "nothing set", env: map[string]string{}, want: consul.ConnConfig{}},
-		{name: "consul-k8s's variables alone", env: k8s, want: consul.ConnConfig{
+		{name: "nothing set", env: map[string]string{}, want: conn.Config{}},
+		{name: "consul-k8s's variables alone", env: k8s, want: conn.Config{
 			Addresses: []string{"consul-server.consul.svc:8501"}, SSL: true, TLSServerName: "consul-server.consul.svc",
 			Token: "k8s-token", CAFile: "/consul/tls/ca/tls.crt"}},
-		{name: "token file and PEM when the token and CA file are unset", env: with(nil, "CONSUL_ACL_TOKEN", "CONSUL_CACERT_FILE"), want: consul.ConnConfig{
+		{name: "token file and PEM when the token and CA file are unset", env: with(nil, "CONSUL_ACL_TOKEN", "CONSUL_CACERT_FILE"), want: conn.Config{
 			Addresses: []string{"consul-server.consul.svc:8501"}, SSL: true, TLSServerName: "consul-server.consul.svc",
 			TokenFile: "/k8s/token", CAPem: []byte("PEM")}},
-		{name: "default ports", env: map[string]string{"CONSUL_ADDRESSES": "10.0.0.1"}, want: consul.ConnConfig{Addresses: []string{"10.0.0.1:8500"}}},
+		{name: "default ports", env: map[string]string{"CONSUL_ADDRESSES": "10.0.0.1"}, want: conn.Config{Addresses: []string{"10.0.0.1:8500"}}},
 		{name: "default TLS port, IPv6", env: map[string]string{"CONSUL_ADDRESSES": "fd00::1", "CONSUL_USE_TLS": "1"},
-			want: consul.ConnConfig{Addresses: []string{"[fd00::1]:8501"}, SSL: true, TLSServerName: "fd00::1"}},
-		{name: "flags win", flags: consul.ConnConfig{Addresses: []string{"flag:8500"}, SSL: true, Token: "flag-token", CAFile: "/flag/ca", TLSServerName: "flag-name"}, env: k8s,
-			want: consul.ConnConfig{Addresses: []string{"flag:8500"}, SSL: true, Token: "flag-token", CAFile: "/flag/ca", TLSServerName: "flag-name"}},
-		{name: "a token file flag wins over consul-k8s's token", flags: consul.ConnConfig{TokenFile: "/flag/token"}, env: map[string]string{"CONSUL_ACL_TOKEN": "k8s-token"},
-			want: consul.ConnConfig{TokenFile: "/flag/token"}},
+			want: conn.Config{Addresses: []string{"[fd00::1]:8501"}, SSL: true, TLSServerName: "fd00::1"}},
+		{name: "flags win", flags: conn.Config{Addresses: []string{"flag:8500"}, SSL: true, Token: "flag-token", CAFile: "/flag/ca", TLSServerName: "flag-name"}, env: k8s,
+			want: conn.Config{Addresses: []string{"flag:8500"}, SSL: true, Token: "flag-token", CAFile: "/flag/ca", TLSServerName: "flag-name"}},
+		{name: "a token file flag wins over consul-k8s's token", flags: conn.Config{TokenFile: "/flag/token"}, env: map[string]string{"CONSUL_ACL_TOKEN": "k8s-token"},
+			want: conn.Config{TokenFile: "/flag/token"}},
 		{name: "Consul's own variables win", env: with(map[string]string{
 			"CONSUL_HTTP_ADDR": "https://other:8501", "CONSUL_HTTP_SSL": "false", "CONSUL_HTTP_TOKEN_FILE": "/consul/token", "CONSUL_CACERT": "/consul/ca"}),
-			want: consul.ConnConfig{}},
-		{name: "Consul's server name wins over the inferred one", env: with(map[string]string{"CONSUL_TLS_SERVER_NAME": "server.dc1.consul"}), want: consul.ConnConfig{
+			want: conn.Config{}},
+		{name: "Consul's server name wins over the inferred one", env: with(map[string]string{"CONSUL_TLS_SERVER_NAME": "server.dc1.consul"}), want: conn.Config{
 			Addresses: []string{"consul-server.consul.svc:8501"}, SSL: true, Token: "k8s-token", CAFile: "/consul/tls/ca/tls.crt"}},
-		{name: "no server name inferred without TLS", env: with(map[string]string{"CONSUL_USE_TLS": "false", "CONSUL_HTTP_PORT": "8500"}), want: consul.ConnConfig{
+		{name: "no server name inferred without TLS", env: with(map[string]string{"CONSUL_USE_TLS": "false", "CONSUL_HTTP_PORT": "8500"}), want: conn.Config{
 			Addresses: []string{"consul-server.consul.svc:8500"}, Token: "k8s-token", CAFile: "/consul/tls/ca/tls.crt"}},
-		{name: "no server name inferred for a flag's address", flags: consul.ConnConfig{Addresses: []string{"10.0.0.9:8501"}}, env: with(nil, "CONSUL_ACL_TOKEN", "CONSUL_ACL_TOKEN_FILE", "CONSUL_CACERT_FILE", "CONSUL_CACERT_PEM"),
-			want: consul.ConnConfig{Addresses: []string{"10.0.0.9:8501"}, SSL: true}},
+		{name: "no server name inferred for a flag's address", flags: conn.Config{Addresses: []string{"10.0.0.9:8501"}}, env: with(nil, "CONSUL_ACL_TOKEN", "CONSUL_ACL_TOKEN_FILE", "CONSUL_CACERT_FILE", "CONSUL_CACERT_PEM"),
+			want: conn.Config{Addresses: []string{"10.0.0.9:8501"}, SSL: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,7 +94,7 @@ func TestConsulK8sEnvRefused(t *testing.T) {
 		{map[string]string{"CONSUL_ADDRESSES": "consul", "CONSUL_HTTP_PORT": "0"}, `CONSUL_HTTP_PORT="0"`},
 		{map[string]string{"CONSUL_USE_TLS": "yes please"}, `CONSUL_USE_TLS="yes please": want true or false`},
 	} {
-		_, err := withConsulK8sEnv(consul.ConnConfig{}, func(k string) string { return c.env[k] })
+		_, err := withConsulK8sEnv(conn.Config{}, func(k string) string { return c.env[k] })
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want %q", c.env, err, c.want)
 		}
@@ -119,11 +119,11 @@ func TestConsulK8sEnvTLS(t *testing.T) {
 	env := map[string]string{"CONSUL_ADDRESSES": u.Hostname(), "CONSUL_HTTP_PORT": u.Port(), "CONSUL_USE_TLS": "true",
 		"CONSUL_ACL_TOKEN": "k8s-token", "CONSUL_CACERT_PEM": caPEM}
 	read := func(env map[string]string) error {
-		cc, err := withConsulK8sEnv(consul.ConnConfig{}, func(k string) string { return env[k] })
+		cc, err := withConsulK8sEnv(conn.Config{}, func(k string) string { return env[k] })
 		if err != nil {
 			return err
 		}
-		conn, err := consul.Open(cc)
+		conn, err := conn.Open(cc)
 		if err != nil {
 			return err
 		}

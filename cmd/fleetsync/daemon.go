@@ -23,6 +23,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/budget"
 	"github.com/fleetsync/fleetsync/consul/claim"
+	consulconn "github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
@@ -68,7 +69,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	metrics := supervisor.NewMetrics(reg, perWorker)
 	var sup *supervisor.Supervisor
 	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() }, mem.GCPercent)
-	store := conn.NewClient(cluster, consul.Options{
+	store := consul.NewConnClient(conn.Conn, cluster, consul.Options{
 		Budget: budget.New(cfg.MaxWrites, cfg.WriteBurst, cfg.MaxInflight),
 		Observe: func(ops int, seconds float64, err error) {
 			release.active()
@@ -181,7 +182,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		})
 		if cfg.Claim {
 			claim, err := claimClusterID(gctx, cfg, kube, conn.Conn, conn.scope, log)
-			if consul.IsPermissionDenied(err) {
+			if consulconn.IsPermissionDenied(err) {
 				return conn.permissionError(cfg, "claim the cluster id", err)
 			}
 			if err != nil || claim == nil {
@@ -248,7 +249,7 @@ func preferProtobuf(c *rest.Config) {
 // claimClusterID claims the cluster id before anything is written, retrying
 // while Kubernetes or Consul cannot be reached. It returns an error only when
 // another Kubernetes cluster has the id, and nil, nil when ctx ends first.
-func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consul.Conn, scope consul.Scope, log hclog.Logger) (*claim.Claim, error) {
+func claimClusterID(ctx context.Context, cfg config, kube kubernetes.Interface, conn *consulconn.Conn, scope consul.Scope, log hclog.Logger) (*claim.Claim, error) {
 	holder, _ := os.Hostname()
 	kubeUID := func(ctx context.Context) (string, error) { return k8s.ClusterUID(ctx, kube) }
 	return claim.ClusterIDRetrying(ctx, conn, kubeUID, claim.Options{

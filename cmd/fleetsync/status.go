@@ -20,7 +20,7 @@ import (
 
 // The operator subcommands (status, purge) reach Consul exactly as the
 // daemon does: the same --consul-* connection flags, their FLEETSYNC_*
-// variables and Consul's own CONSUL_* variables (see consul.ConnConfig), and
+// variables and Consul's own CONSUL_* variables (see conn.Config), and
 // find the cluster-id claims under the same --claim-prefix.
 var consulConnectionFlags = []string{
 	"consul-address", "consul-token", "consul-token-file", "consul-ca-file",

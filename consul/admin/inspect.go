@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/claim"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -57,7 +58,7 @@ type OtherNode struct {
 // nodes (find says whose a node is) with what is on them, and every
 // cluster id claimed under claimPrefix ("" for claim.DefaultPrefix), with
 // its claim. Read-only.
-func Inspect(ctx context.Context, cn *consul.Conn, claimPrefix string, find consul.ClusterFinder) (Inventory, error) {
+func Inspect(ctx context.Context, cn *conn.Conn, claimPrefix string, find consul.ClusterFinder) (Inventory, error) {
 	q := (&api.QueryOptions{NodeMeta: map[string]string{ownership.MetaExternalSource: ownership.ExternalSource}}).WithContext(ctx)
 	nodes, meta, err := cn.API().Catalog().Nodes(q)
 	if err != nil {
@@ -95,7 +96,7 @@ func Inspect(ctx context.Context, cn *consul.Conn, claimPrefix string, find cons
 	}
 	seen := map[string]bool{}
 	for _, f := range clusters {
-		entries, err := cn.NewClient(f.cluster, consul.Options{}).ReadNode(ctx)
+		entries, err := consul.NewConnClient(cn, f.cluster, consul.Options{}).ReadNode(ctx)
 		if err != nil {
 			return Inventory{}, err
 		}
@@ -131,7 +132,7 @@ func Inspect(ctx context.Context, cn *consul.Conn, claimPrefix string, find cons
 }
 
 // claimedIDs lists the cluster ids that have a claim key under prefix.
-func claimedIDs(ctx context.Context, cn *consul.Conn, prefix string) ([]string, error) {
+func claimedIDs(ctx context.Context, cn *conn.Conn, prefix string) ([]string, error) {
 	if prefix == "" {
 		prefix = claim.DefaultPrefix
 	}

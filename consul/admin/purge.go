@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/claim"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -39,8 +40,8 @@ type Purger struct {
 
 // NewPurger returns a purger of cluster c, whose claim is under
 // claimPrefix ("" for claim.DefaultPrefix).
-func NewPurger(cn *consul.Conn, c consul.ClusterOwner, claimPrefix string) *Purger {
-	return &Purger{api: cn.API(), nodes: wire.API{C: cn.API()}, cluster: c, store: cn.NewClient(c, consul.Options{}), claimPrefix: claimPrefix}
+func NewPurger(cn *conn.Conn, c consul.ClusterOwner, claimPrefix string) *Purger {
+	return &Purger{api: cn.API(), nodes: wire.API{C: cn.API()}, cluster: c, store: consul.NewConnClient(cn, c, consul.Options{}), claimPrefix: claimPrefix}
 }
 
 // PurgePlan is what a purge found on a cluster's nodes.

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/consul/claim"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -30,7 +31,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 	must(t, err)
 	west := mustCluster(t, "purge-west")
 	const prefix = "purge-test/clusters"
-	conn, err := consul.Open(consul.ConnConfig{Addresses: []string{agent.Addr}})
+	cn, err := conn.Open(conn.Config{Addresses: []string{agent.Addr}})
 	must(t, err)
 
 	var ours []consul.Instance
@@ -38,11 +39,11 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		ours = append(ours, east.Stamp(consul.Instance{ID: east.InstanceID("ns", fmt.Sprintf("svc-%d", i%3), fmt.Sprintf("10.1.0.%d", i+1), 80),
 			Name: fmt.Sprintf("svc-%d", i%3), Address: fmt.Sprintf("10.1.0.%d", i+1), Port: 80, Check: consul.Check{Status: consul.StatusPassing}}))
 	}
-	_, err = conn.NewClient(east, consul.Options{}).Apply(ctx, consul.Change{Register: ours})
+	_, err = consul.NewConnClient(cn, east, consul.Options{}).Apply(ctx, consul.Change{Register: ours})
 	must(t, err)
 	theirs := west.Stamp(consul.Instance{ID: west.InstanceID("ns", "svc-0", "10.2.0.1", 80), Name: "svc-0", Address: "10.2.0.1", Port: 80,
 		Check: consul.Check{Status: consul.StatusPassing}})
-	_, err = conn.NewClient(west, consul.Options{}).Apply(ctx, consul.Change{Register: []consul.Instance{theirs}})
+	_, err = consul.NewConnClient(cn, west, consul.Options{}).Apply(ctx, consul.Change{Register: []consul.Instance{theirs}})
 	must(t, err)
 	t.Cleanup(func() {
 		for _, n := range []string{east.NodeName(), east.NodeName() + ".1", west.NodeName()} {
@@ -64,7 +65,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		t.Fatalf("acquire %s: %t, %v", key, ok, err)
 	}
 
-	inv, err := admin.Inspect(ctx, conn, prefix, ownership.Finder{})
+	inv, err := admin.Inspect(ctx, cn, prefix, ownership.Finder{})
 	must(t, err)
 	got := clusterIn(inv, east.ID())
 	if got == nil || got.Nodes != 2 || got.Instances != 6 || got.Services != 3 || got.Passing != 6 || got.Foreign != 1 ||
@@ -75,7 +76,7 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 		t.Errorf("inventory of %s: %+v", west.ID(), w)
 	}
 
-	p := admin.NewPurger(conn, east, prefix)
+	p := admin.NewPurger(cn, east, prefix)
 	plan, err := p.Plan(ctx)
 	must(t, err)
 	if err := plan.Refusal(); err == nil || !strings.Contains(err.Error(), `claimed by a running fleetsync (holder "pod-east"`) {
@@ -123,12 +124,12 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 	if pair, _, err := agent.Client.KV().Get(key, nil); err != nil || pair != nil {
 		t.Errorf("claim %s after the purge: %+v, %v", key, pair, err)
 	}
-	left, err := conn.NewClient(west, consul.Options{}).ReadNode(ctx)
+	left, err := consul.NewConnClient(cn, west, consul.Options{}).ReadNode(ctx)
 	must(t, err)
 	if len(left) != 1 || left[0].ID != theirs.ID || left[0].ServiceIndex == 0 {
 		t.Errorf("%s's instances after %s's purge: %+v", west.ID(), east.ID(), left)
 	}
-	inv, err = admin.Inspect(ctx, conn, prefix, ownership.Finder{})
+	inv, err = admin.Inspect(ctx, cn, prefix, ownership.Finder{})
 	must(t, err)
 	if c := clusterIn(inv, east.ID()); c != nil {
 		t.Errorf("%s still in the inventory after the purge: %+v", east.ID(), c)

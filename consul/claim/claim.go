@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // DefaultPrefix is where cluster-id claims live in Consul's KV store.
@@ -107,7 +108,7 @@ type Options struct {
 	Holder    string // e.g. the pod name
 	Takeover  bool   // overwrite another cluster's claim when no live session holds it
 	TTL       time.Duration
-	// RequestTimeout bounds each request (default consul.DefaultRequestTimeout).
+	// RequestTimeout bounds each request (default conn.DefaultRequestTimeout).
 	RequestTimeout time.Duration
 	// CheckInterval is how often the claim is renewed and re-checked
 	// (default min(TTL/2, 5s)).
@@ -129,7 +130,7 @@ func ClusterID(ctx context.Context, c *api.Client, opts Options) (*Claim, error)
 		opts.TTL = 30 * time.Second
 	}
 	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = consul.DefaultRequestTimeout
+		opts.RequestTimeout = conn.DefaultRequestTimeout
 	}
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = min(opts.TTL/2, 5*time.Second)
@@ -279,7 +280,7 @@ func Read(ctx context.Context, c *api.Client, prefix, id string) (*Value, bool, 
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	rctx, cancel := context.WithTimeout(ctx, consul.DefaultRequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, conn.DefaultRequestTimeout)
 	defer cancel()
 	pair, _, err := c.KV().Get(strings.TrimSuffix(prefix, "/")+"/"+id, (&api.QueryOptions{}).WithContext(rctx))
 	if err != nil || pair == nil {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/backoff"
+	"github.com/fleetsync/fleetsync/consul/conn"
 )
 
 // retryBackoff is the backoff of ClusterIDRetrying, the connection's
@@ -21,7 +21,7 @@ var retryBackoff = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Se
 // another Kubernetes cluster has the id (ErrClaimedByOther) or the token
 // may not claim it (IsPermissionDenied), and nil, nil when ctx ends first.
 // opts.KubeUID is set from kubeUID.
-func ClusterIDRetrying(ctx context.Context, cn *consul.Conn, kubeUID func(context.Context) (string, error), opts Options, log hclog.Logger) (*Claim, error) {
+func ClusterIDRetrying(ctx context.Context, cn *conn.Conn, kubeUID func(context.Context) (string, error), opts Options, log hclog.Logger) (*Claim, error) {
 	retry := backoff.New(retryBackoff)
 	for {
 		uid, err := kubeUID(ctx)
@@ -32,7 +32,7 @@ func ClusterIDRetrying(ctx context.Context, cn *consul.Conn, kubeUID func(contex
 			if err == nil {
 				return claim, nil
 			}
-			if errors.Is(err, ErrClaimedByOther) || consul.IsPermissionDenied(err) {
+			if errors.Is(err, ErrClaimedByOther) || conn.IsPermissionDenied(err) {
 				return nil, err // no retry mends these
 			}
 		}

@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/consul/api"
 )
 
 // TestConnWarnings: a connection's warnings are those of its configuration
@@ -16,7 +18,7 @@ import (
 // miss a token sent in clear text. Dial sends no request.
 func TestConnWarnings(t *testing.T) {
 	const clearToken = "The Consul ACL token is sent in clear text"
-	cn, err := Dial(context.Background(), ConnConfig{Addresses: []string{"10.0.0.5:8500"}, Token: "t"}, DialOptions{})
+	cn, err := Dial(context.Background(), Config{Addresses: []string{"10.0.0.5:8500"}, Token: "t"}, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,28 +30,28 @@ func TestConnWarnings(t *testing.T) {
 	if err := os.WriteFile(file, []byte("t\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cn, err = Dial(context.Background(), ConnConfig{Addresses: []string{"https://10.0.0.5:8501"}, TokenFile: file}, DialOptions{})
+	cn, err = Dial(context.Background(), Config{Addresses: []string{"https://10.0.0.5:8501"}, TokenFile: file}, DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := cn.InsecureTLSWarnings(); len(got) != 0 || !cn.TLS() || cn.TokenFile() != file || cn.URL() != "https://10.0.0.5:8501" {
 		t.Errorf("Dial over https with a token file: warnings %q, tls %t, token file %q, url %s", got, cn.TLS(), cn.TokenFile(), cn.URL())
 	}
-	cn, err = Dial(context.Background(), ConnConfig{Addresses: []string{"10.0.0.5:8500"}, Token: "t"}, DialOptions{Login: &LoginConfig{AuthMethod: "k8s"}})
+	cn, err = Dial(context.Background(), Config{Addresses: []string{"10.0.0.5:8500"}, Token: "t"}, DialOptions{Login: &LoginConfig{AuthMethod: "k8s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := cn.InsecureTLSWarnings(); len(got) != 0 {
 		t.Errorf("Dial with a login: the configured token is not used, warnings %q", got)
 	}
-	cn, err = Open(ConnConfig{Addresses: []string{"10.0.0.5:8500"}, Token: "t"})
+	cn, err = Open(Config{Addresses: []string{"10.0.0.5:8500"}, Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := cn.InsecureTLSWarnings(); len(got) != 1 || !strings.HasPrefix(got[0], clearToken) || cn.URL() != "http://10.0.0.5:8500" {
 		t.Errorf("Open over plain http with a token: warnings %q, url %s", got, cn.URL())
 	}
-	if cn, err = Open(ConnConfig{Addresses: []string{"https://127.0.0.1:8501"}}); err != nil || cn.URL() != "https://127.0.0.1:8501" || !cn.TLS() {
+	if cn, err = Open(Config{Addresses: []string{"https://127.0.0.1:8501"}}); err != nil || cn.URL() != "https://127.0.0.1:8501" || !cn.TLS() {
 		t.Errorf("Open of an https:// address: url %s, tls %t, err %v", cn.URL(), cn.TLS(), err)
 	}
 }
@@ -69,11 +71,11 @@ func TestSplitAddresses(t *testing.T) {
 
 // TestConnAsksForNoCompression: by default no request asks Consul to gzip
 // its answer (Go's transport would, and Consul then compresses every
-// answer); ConnConfig.Compression asks for it.
+// answer); Config.Compression asks for it.
 func TestConnAsksForNoCompression(t *testing.T) {
-	open := map[string]func(ConnConfig) (*Conn, error){
+	open := map[string]func(Config) (*Conn, error){
 		"Open": Open,
-		"Dial": func(cc ConnConfig) (*Conn, error) { return Dial(t.Context(), cc, DialOptions{}) },
+		"Dial": func(cc Config) (*Conn, error) { return Dial(t.Context(), cc, DialOptions{}) },
 	}
 	for _, how := range []string{"Open", "Dial"} {
 		for _, gzip := range []bool{false, true} {
@@ -82,18 +84,18 @@ func TestConnAsksForNoCompression(t *testing.T) {
 	}
 }
 
-func testCompression(t *testing.T, how string, open func(ConnConfig) (*Conn, error), gzip bool) {
+func testCompression(t *testing.T, how string, open func(Config) (*Conn, error), gzip bool) {
 	var asked []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Header.Get("Accept-Encoding"))
 		w.Header().Set("X-Consul-Index", "7")
 		_, _ = w.Write([]byte(`{"Services":[]}`))
 	}))
-	cn, err := open(ConnConfig{Addresses: []string{srv.URL}, Compression: gzip})
+	cn, err := open(Config{Addresses: []string{srv.URL}, Compression: gzip})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cn.NewClient(testOwner{id: "gz"}, Options{}).NodeIndex(t.Context(), "k8s-gz"); err != nil {
+	if _, _, err := cn.Wire().NodeServices("k8s-gz", (&api.QueryOptions{}).WithContext(t.Context())); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()

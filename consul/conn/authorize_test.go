@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func TestPermissionsAgainstRealConsul(t *testing.T) {
 	if _, err := NewAPIClient(cfg, ts); err != nil {
 		t.Fatal(err)
 	}
-	if err := Permissions(t.Context(), cfg.HttpClient, cfg, Scope{}, want); err != nil {
+	if err := Permissions(t.Context(), cfg.HttpClient, cfg, "", want); err != nil {
 		t.Fatalf("ACLs off: %v", err)
 	}
 
@@ -43,7 +43,7 @@ func TestPermissionsAgainstRealConsul(t *testing.T) {
 	if _, err := NewAPIClient(cfg2, ts2); err != nil {
 		t.Fatal(err)
 	}
-	err = Permissions(t.Context(), cfg2.HttpClient, cfg2, Scope{}, want)
+	err = Permissions(t.Context(), cfg2.HttpClient, cfg2, "", want)
 	if !errors.Is(err, ErrNotPermitted) || !strings.Contains(err.Error(), `key:write on "fleetsync/clusters/perm"`) || strings.Contains(err.Error(), "node:") {
 		t.Fatalf("err %v, want ErrNotPermitted naming the key check alone", err)
 	}

@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import (
 	"bytes"
@@ -34,8 +34,9 @@ var ErrNotPermitted = errors.New("consul: the ACL token lacks a permission fleet
 // each of want (/v1/internal/acl/authorize, the endpoint Consul's UI uses;
 // a read, no Raft apply) and returns an error matching ErrNotPermitted that
 // lists those it lacks. A Consul without the endpoint, or with ACLs off
-// (401 "ACL support disabled"), is no error. cfg gives the scheme, address and datacenter.
-func Permissions(ctx context.Context, hc *http.Client, cfg *api.Config, scope Scope, want []Permission) error {
+// (401 "ACL support disabled"), is no error. cfg gives the scheme, address
+// and datacenter; partition the admin partition ("" or "default": none).
+func Permissions(ctx context.Context, hc *http.Client, cfg *api.Config, partition string, want []Permission) error {
 	if len(want) == 0 {
 		return nil
 	}
@@ -45,8 +46,8 @@ func Permissions(ctx context.Context, hc *http.Client, cfg *api.Config, scope Sc
 	if cfg.Datacenter != "" {
 		q.Set("dc", cfg.Datacenter)
 	}
-	if p := scope.Normal().Partition; p != "" {
-		q.Set("partition", p)
+	if partition != "" && partition != "default" {
+		q.Set("partition", partition)
 	}
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))

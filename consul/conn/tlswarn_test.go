@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import (
 	"strings"
@@ -65,7 +65,7 @@ func TestInsecureTLSWarningsFromEnvironment(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			t.Setenv("CONSUL_HTTP_SSL", "true")
 			t.Setenv("CONSUL_HTTP_SSL_VERIFY", v)
-			got := insecureTLSWarnings(ConnConfig{Addresses: []string{"consul.example.com:8501"}}.apiConfig())
+			got := insecureTLSWarnings(Config{Addresses: []string{"consul.example.com:8501"}}.apiConfig())
 			if len(got) != 1 || !strings.Contains(got[0], "CONSUL_HTTP_SSL_VERIFY") || !strings.Contains(got[0], "consul.example.com:8501") {
 				t.Errorf("CONSUL_HTTP_SSL_VERIFY=%s: warnings %q, want one naming the variable and the address", v, got)
 			}
@@ -74,13 +74,13 @@ func TestInsecureTLSWarningsFromEnvironment(t *testing.T) {
 	t.Run("true", func(t *testing.T) {
 		t.Setenv("CONSUL_HTTP_SSL", "true")
 		t.Setenv("CONSUL_HTTP_SSL_VERIFY", "true")
-		if got := insecureTLSWarnings(ConnConfig{Addresses: []string{"consul.example.com:8501"}}.apiConfig()); len(got) != 0 {
+		if got := insecureTLSWarnings(Config{Addresses: []string{"consul.example.com:8501"}}.apiConfig()); len(got) != 0 {
 			t.Errorf("verified https: warnings %q", got)
 		}
 	})
 	t.Run("after NewClient", func(t *testing.T) {
 		t.Setenv("CONSUL_HTTP_SSL_VERIFY", "false")
-		cfg := ConnConfig{Addresses: []string{"https://consul.example.com:8501"}, Token: "t"}.apiConfig()
+		cfg := Config{Addresses: []string{"https://consul.example.com:8501"}, Token: "t"}.apiConfig()
 		if _, err := api.NewClient(cfg); err != nil {
 			t.Fatal(err)
 		}

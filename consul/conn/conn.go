@@ -1,10 +1,11 @@
-package consul
+package conn
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -20,10 +21,14 @@ const (
 	PartitionEnv = api.HTTPPartitionEnvName
 )
 
-// ConnConfig is how to reach Consul: the --consul-* connection flags. Each
+// DefaultRequestTimeout bounds each request to Consul unless configured
+// otherwise (the store's Options.RequestTimeout, the claim's, Health's).
+const DefaultRequestTimeout = 10 * time.Second
+
+// Config is how to reach Consul: the --consul-* connection flags. Each
 // field left empty keeps what consul/api's DefaultConfig reads from the
 // CONSUL_* variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, ...).
-type ConnConfig struct {
+type Config struct {
 	// Addresses are [http(s)://]host:port; Open uses the first, Dial
 	// fails over between all (see Servers).
 	Addresses     []string
@@ -45,7 +50,7 @@ type ConnConfig struct {
 
 // apiConfig starts from consul/api's DefaultConfig (the CONSUL_* variables)
 // and applies the fields that are set.
-func (cc ConnConfig) apiConfig() *api.Config {
+func (cc Config) apiConfig() *api.Config {
 	c := api.DefaultConfig()
 	if len(cc.Addresses) > 0 {
 		c.Address = cc.Addresses[0]
@@ -130,7 +135,7 @@ type Conn struct {
 // Open returns a plain connection to the first address (or CONSUL_HTTP_ADDR)
 // with the configured or CONSUL_HTTP_TOKEN token: what the operator
 // commands (status, purge) use.
-func Open(cc ConnConfig) (*Conn, error) {
+func Open(cc Config) (*Conn, error) {
 	cfg := cc.apiConfig()
 	c, err := api.NewClient(cfg) // moves an https:// prefix of the address into the scheme
 	if err != nil {
@@ -163,7 +168,7 @@ type DialOptions struct {
 // Dial returns the daemon's connection: requests fail over between the
 // addresses (see Servers) and carry the token of a TokenSource (a static
 // token, a token file read again while running, or a login).
-func Dial(ctx context.Context, cc ConnConfig, opts DialOptions) (*Conn, error) {
+func Dial(ctx context.Context, cc Config, opts DialOptions) (*Conn, error) {
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
 	}
@@ -198,11 +203,10 @@ func Dial(ctx context.Context, cc ConnConfig, opts DialOptions) (*Conn, error) {
 	return cn, nil
 }
 
-// NewClient returns a client of this connection writing on behalf of owner
-// (see Client).
-func (cn *Conn) NewClient(owner Owner, opts Options) *Client {
-	return newClient(wire.API{C: cn.api, Raw: wire.NewRaw(cn.cfg)}, owner, opts)
-}
+// Wire is what the catalog store sends its reads and transactions
+// through: this connection's client, with the raw reads of its HTTP
+// client (its token and failover transports).
+func (cn *Conn) Wire() wire.API { return wire.API{C: cn.api, Raw: wire.NewRaw(cn.cfg)} }
 
 // NewHealth returns a tracker of whether Consul answers (nil clk: the real
 // clock).
@@ -212,9 +216,10 @@ func (cn *Conn) NewHealth(clk clock.Clock) *Health { return NewHealth(cn.api, cl
 // consul/ (the claim, the operator commands); nothing else holds it.
 func (cn *Conn) API() *api.Client { return cn.api }
 
-// Permissions checks the token has each of want (see Permissions).
-func (cn *Conn) Permissions(ctx context.Context, scope Scope, want []Permission) error {
-	return Permissions(ctx, cn.cfg.HttpClient, cn.cfg, scope, want)
+// Permissions checks the token has each of want in partition (see
+// Permissions).
+func (cn *Conn) Permissions(ctx context.Context, partition string, want []Permission) error {
+	return Permissions(ctx, cn.cfg.HttpClient, cn.cfg, partition, want)
 }
 
 // Tokens is the token source of a Dial connection (nil for Open).

@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import "github.com/fleetsync/fleetsync/consul/watch"
 

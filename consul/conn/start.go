@@ -1,4 +1,4 @@
-package consul
+package conn
 
 import (
 	"context"
@@ -13,13 +13,19 @@ import (
 // startBackoff is the backoff of Start's retries: 500ms doubling to 30s.
 var startBackoff = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 
+// ErrEnterpriseOnly is matched by the catalog store's CheckScope error when
+// Consul does not support the namespace or partition asked for (Consul
+// OSS).
+var ErrEnterpriseOnly = errors.New("consul: namespaces and admin partitions need Consul Enterprise")
+
 // Start logs in (when the connection logs in, see DialOptions.Login), then
-// checks store's scope (Client.CheckScope) and the token's permissions on
-// perms, retrying while Consul cannot be reached. It returns an error only
+// runs checkScope (the catalog store's check of its namespace and
+// partition, consul.Client.CheckScope) and checks the token's permissions
+// on perms in partition, retrying while Consul cannot be reached. It returns an error only
 // for what no retry mends: the login refused (ErrLogin), a namespace or
 // partition Consul does not have (ErrEnterpriseOnly), a permission the
 // policy lacks (ErrNotPermitted); and nil when ctx ends first.
-func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []Permission, log hclog.Logger) error {
+func (cn *Conn) Start(ctx context.Context, checkScope func(context.Context) error, partition string, perms []Permission, log hclog.Logger) error {
 	retry := backoff.New(startBackoff)
 	loggedIn := cn.tokens == nil || cn.tokens.login == nil
 	for {
@@ -32,8 +38,8 @@ func (cn *Conn) Start(ctx context.Context, store *Client, scope Scope, perms []P
 			}
 		}
 		if loggedIn {
-			if err = store.CheckScope(ctx); err == nil {
-				err = cn.Permissions(ctx, scope, perms)
+			if err = checkScope(ctx); err == nil {
+				err = cn.Permissions(ctx, partition, perms)
 				if err == nil || errors.Is(err, ErrNotPermitted) {
 					return err
 				}

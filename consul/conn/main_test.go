@@ -1,0 +1,15 @@
+package conn
+
+import (
+	"os"
+	"testing"
+
+	"github.com/fleetsync/fleetsync/consul/internal/agenttest"
+	"github.com/fleetsync/fleetsync/test/stack"
+)
+
+// agent is a real Consul dev agent for the tests that cross Consul; nil
+// under -short.
+var agent *stack.Consul
+
+func TestMain(m *testing.M) { os.Exit(agenttest.Main(m, &agent, false)) }
