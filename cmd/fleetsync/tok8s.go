@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetsync/fleetsync/consul"
+	consulconn "github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/consul/watch"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/apply"
@@ -85,7 +86,7 @@ func (c *toK8sConfig) validate() error {
 }
 
 // runToK8s runs the Consul -> Kubernetes fleet until ctx is done.
-func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *consul.Conn, scope consul.Scope,
+func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *consulconn.Conn, scope consul.Scope,
 	cluster ownership.Cluster, reporter wtok8s.Reporter, services *k8s.Watcher, feed *serviceFeed, log hclog.Logger) error {
 	mark, err := k8smark.New(cluster.ID())
 	if err != nil {
