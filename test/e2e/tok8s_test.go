@@ -138,7 +138,7 @@ func (e *env) quiet(what string, d time.Duration) {
 // and EndpointSlices per address family following the health table; a
 // check change is one slice update; a user's label survives fleetsync's
 // updates; a foreign Service of a mirrored name is left alone; a restart
-// over an unchanged Consul writes nothing; a name gone from Consul has its
+// (SIGTERM or kill -9) over an unchanged Consul writes nothing; a name gone from Consul has its
 // objects deleted.
 func TestToK8sMirror(t *testing.T) {
 	e := newEnv(t)
@@ -214,18 +214,20 @@ func TestToK8sMirror(t *testing.T) {
 		web+"-4-8080-0[IPv4:8080]: 10.77.0.1=true/true/false 10.77.0.3=true/true/false 10.77.1.2=true/true/false; "+
 		web+"-6-8080-0[IPv6:8080]: fd00::4=true/true/false")
 
-	// A restart (SIGTERM) over an unchanged Consul writes nothing.
-	writes = e.k8sWrites()
-	before := raftApplies(t) - claimWrites(t) // a restart claims the cluster id again: not a catalog write
-	if err := d.Restart(e.ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.WaitReady(e.ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	e.quiet("after the restart", 3*time.Second)
-	if n, a := writes.Load(), raftApplies(t)-claimWrites(t)-before; n != 0 || a != 0 {
-		t.Fatalf("restart: %d Kubernetes writes, %v Raft applies besides the claim's; want 0", n, a)
+	// A restart (SIGTERM, then kill -9) over an unchanged Consul writes nothing.
+	for _, kill := range []bool{false, true} {
+		writes = e.k8sWrites()
+		before := raftApplies(t) - claimWrites(t) // a restart claims the cluster id again: not a catalog write
+		if err := d.Restart(e.ctx, kill); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.WaitReady(e.ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		e.quiet(fmt.Sprintf("after the restart (kill %v)", kill), 3*time.Second)
+		if n, a := writes.Load(), raftApplies(t)-claimWrites(t)-before; n != 0 || a != 0 {
+			t.Fatalf("restart (kill %v): %d Kubernetes writes, %v Raft applies besides the claim's; want 0", kill, n, a)
+		}
 	}
 
 	// The name gone from Consul: its slices and Service are deleted.

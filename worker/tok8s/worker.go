@@ -179,6 +179,9 @@ func (w *Worker) Run(ctx context.Context) error {
 				if wrote > 0 || err != nil {
 					s.Flushed(w.opts.Clock.Now(), err)
 					w.opts.Observe(wrote, err)
+					// Look again after the window: the writes may have
+					// finished the unit, or the cache may lag them.
+					s.Dirty = true
 				}
 				if err != nil {
 					s.Dirty = true
