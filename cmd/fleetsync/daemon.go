@@ -28,7 +28,6 @@ import (
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/supervisor/shard"
-	"github.com/fleetsync/fleetsync/worker"
 )
 
 // daemon wires the components and runs them until ctx is done.
@@ -91,16 +90,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"), OnService: imports.changed,
 	})
 	sup = supervisor.New(supervisor.Options{
-		Selector: supervisor.Selector{DefaultSync: cfg.DefaultSync, Allow: cfg.AllowNamespaces.values, Deny: cfg.DenyNamespaces.values, SkipClusterIP: !cfg.SyncClusterIP},
-		Worker: worker.Config{
-			Cluster: cluster, DefaultWindow: cfg.Window, ServicePrefix: cfg.ServicePrefix,
-			AddNamespaceSuffix: cfg.AddNamespaceSuffix, K8sTag: cfg.K8sTag,
-			Terminating: worker.TerminatingPolicy(cfg.Terminating), RegisterNotReady: cfg.RegisterNotReady,
-			ReservedTag:  reserved.Lookup,
-			NodePortSync: worker.NodePortSyncType(cfg.NodePortSyncType), SyncLoadBalancerEndpoints: cfg.SyncLBEndpoints,
-			EnableIngress: cfg.EnableIngress, IngressLoadBalancerIPs: cfg.IngressLBIPs, ConsulK8sMeta: cfg.ConsulK8sMeta,
-			StrictAnnotations: cfg.StrictAnnotations,
-		},
+		Selector:          selector(cfg),
+		Worker:            workerConfig(cfg, cluster, reserved.Lookup),
 		Watcher:           watcher,
 		Store:             store,
 		Metrics:           metrics,

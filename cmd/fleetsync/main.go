@@ -23,6 +23,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runStatus(args[1:], stdout, stderr)
 		case "purge":
 			return runPurge(args[1:], stdout, stderr)
+		case "preflight":
+			return runPreflight(args[1:], stdout, stderr)
 		case "acl-setup":
 			return runACLSetup(args[1:], stdout, stderr)
 		}
@@ -32,7 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: fleetsync --cluster-id=ID [flags]\n"+
-			"       fleetsync status|purge|acl-setup [flags]   (operator commands; --help for each)\n\n"+
+			"       fleetsync status|purge|acl-setup|preflight [flags]   (operator commands; --help for each)\n\n"+
 			"Keeps the Consul catalog equal to the endpoints of annotated Kubernetes Services.\n"+
 			"Every flag can also be set as FLEETSYNC_<FLAG_NAME> (e.g. FLEETSYNC_CLUSTER_ID).\n\nFlags:\n")
 		fs.PrintDefaults()
