@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
@@ -62,11 +63,11 @@ type preflightInput struct {
 
 // comparePreflight compares consul-k8s's entries with what fleetsync would
 // register for the Services in (a pure function of both).
-func comparePreflight(cfg config, sel supervisor.Selector, in []preflightInput, entries []consul.ForeignEntry, node string) preflightReport {
+func comparePreflight(cfg config, sel supervisor.Selector, in []preflightInput, entries []conn.ForeignEntry, node string) preflightReport {
 	rep := preflightReport{ClusterID: cfg.ClusterID, ConsulK8sNode: node}
 	type group struct {
 		ns, name string
-		entries  []consul.ForeignEntry
+		entries  []conn.ForeignEntry
 	}
 	groups := map[string]*group{}
 	for _, e := range entries {
@@ -190,7 +191,7 @@ func settingNotes(notes map[string]bool) []string {
 
 // differences lists how fleetsync's instance (the Service's first) differs
 // from consul-k8s's entry in what clients read: name, tags, meta, check.
-func differences(e consul.ForeignEntry, in consul.Instance, cfg config) []string {
+func differences(e conn.ForeignEntry, in consul.Instance, cfg config) []string {
 	var out []string
 	if e.Service != in.Name {
 		out = append(out, fmt.Sprintf("name %q instead of %q", in.Name, e.Service))
@@ -221,7 +222,7 @@ func differences(e consul.ForeignEntry, in consul.Instance, cfg config) []string
 	return out
 }
 
-func consulK8sAddrs(es []consul.ForeignEntry) []string {
+func consulK8sAddrs(es []conn.ForeignEntry) []string {
 	out := make([]string, 0, len(es))
 	for _, e := range es {
 		out = append(out, hostPort(e.Address, e.Port))
