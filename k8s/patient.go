@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync"
 	"syscall"
@@ -13,17 +14,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
-
-	"github.com/fleetsync/fleetsync/consul/backoff"
 )
 
 // patientBackoff is the wait between two tries of a Patient list or watch
-// while the API server is away: 100 ms doubling to 800 ms, jittered by
-// 25 %, so never more than patientMaxDelay.
-var patientBackoff = backoff.Policy{Min: 100 * time.Millisecond, Max: 800 * time.Millisecond, Jitter: 0.25}
+// while the API server is away: 100 ms doubling to 800 ms, each jittered
+// to 75-125 %, so never more than patientMaxDelay. wait.Backoff jitters
+// upwards only, so its steps are 75 % of those (75 ms doubling to 600 ms)
+// and the jitter adds up to 2/3 of a step.
+var patientBackoff = wait.Backoff{Duration: 75 * time.Millisecond, Factor: 2, Jitter: 2.0 / 3, Steps: math.MaxInt32, Cap: 600 * time.Millisecond}
 
 // patientMaxDelay bounds every wait of patientBackoff.
 const patientMaxDelay = time.Second
@@ -80,7 +82,7 @@ const patientLogEvery = 30 * time.Second
 // retry calls f until it succeeds, fails with an error the API server's
 // absence does not explain, or ctx ends.
 func retry[T any](ctx context.Context, p *patient, verb string, f func() (T, error)) (T, error) {
-	retries := backoff.New(patientBackoff)
+	retries := patientBackoff
 	for {
 		v, err := f()
 		if err == nil || !Unavailable(err) || ctx.Err() != nil {
@@ -90,7 +92,7 @@ func retry[T any](ctx context.Context, p *patient, verb string, f func() (T, err
 			return v, err
 		}
 		p.failed(verb, err)
-		t := p.clock.NewTimer(retries.Next())
+		t := p.clock.NewTimer(retries.Step())
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -198,16 +198,28 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestPatientBackoffStaysUnderASecond: every wait of the retry policy, at
-// any failure count and jitter, is at most patientMaxDelay.
+// any failure count, is within 75-125 % of 100 ms doubling to 800 ms, so
+// at most patientMaxDelay (the jitter is random: many sequences are drawn).
 func TestPatientBackoffStaysUnderASecond(t *testing.T) {
-	for _, r := range []float64{0, 0.5, 0.999999} {
-		p := patientBackoff
-		p.Rand = func() float64 { return r }
+	below, above := 0, 0
+	for range 200 {
+		b := patientBackoff
+		base := 100 * time.Millisecond
 		for n := 1; n < 100; n++ {
-			if d := p.Delay(n); d <= 0 || d > patientMaxDelay {
-				t.Fatalf("wait after failure %d (rand %v) = %v, want in (0, %v]", n, r, d, patientMaxDelay)
+			d := b.Step()
+			if d < base*3/4 || d >= base*5/4 || d > patientMaxDelay {
+				t.Fatalf("wait after failure %d = %v, want in [%v, %v) and at most %v", n, d, base*3/4, base*5/4, patientMaxDelay)
 			}
+			if d < base {
+				below++
+			} else {
+				above++
+			}
+			base = min(2*base, 800*time.Millisecond)
 		}
+	}
+	if below == 0 || above == 0 { // the jitter goes both ways
+		t.Fatalf("%d waits below the step, %d at or above it: want both", below, above)
 	}
 }
 
