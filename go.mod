@@ -3,6 +3,7 @@ module github.com/fleetsync/fleetsync
 go 1.26.7
 
 require (
+	github.com/goccy/go-json v0.12.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/go-bexpr v0.1.2

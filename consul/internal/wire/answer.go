@@ -44,8 +44,7 @@ func notJSON(h http.Header) string {
 }
 
 // checkAnswer names the first place in a decoded answer that a reader
-// could not use: a null element of a list (encoding/json and jscan
-// decode it as a nil pointer), or an object the reader needs missing (a
+// could not use: a null element of a list (decoded as a nil pointer), or an object the reader needs missing (a
 // health entry's Node or Service, a catalog node's Node). "" when there
 // is none.
 func checkAnswer(out any) string {

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// The lean answers scanDecode decodes, each as a fresh out.
+// The lean answers, each as a fresh out.
 var leanKinds = []struct {
 	name string
 	out  func() any
@@ -24,29 +24,16 @@ var leanKinds = []struct {
 }
 
 // agree checks decode against encoding/json for doc decoded into a fresh
-// out: when scanDecode takes the document, encoding/json must decode it
-// without error to the same value; decode must always give what
-// encoding/json gives. It returns whether scanDecode took it.
-func agree(t testing.TB, doc []byte, out func() any) bool {
+// out: an error where encoding/json gives one, else the same value.
+func agree(t testing.TB, doc []byte, out func() any) {
 	t.Helper()
 	want := out()
 	wantErr := json.Unmarshal(doc, want)
 	got := out()
-	fast := scanDecode(doc, got)
-	if !fast && !reflect.DeepEqual(got, out()) {
-		t.Fatalf("scanDecode gave up on %q but changed out: %#v", doc, got)
+	err := decode(doc, got)
+	if (err != nil) != (wantErr != nil) || (err == nil && !reflect.DeepEqual(got, want)) {
+		t.Fatalf("%q: decode gave %s (%v), encoding/json %s (%v)", doc, dump(got), err, dump(want), wantErr)
 	}
-	if fast && wantErr != nil {
-		t.Fatalf("scanDecode took %q, which encoding/json refuses: %v", doc, wantErr)
-	}
-	if fast && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q:\nscanDecode    %s\nencoding/json %s", doc, dump(got), dump(want))
-	}
-	viaDecode := out()
-	if err := decode(doc, viaDecode); (err != nil) != (wantErr != nil) || (err == nil && !reflect.DeepEqual(viaDecode, want)) {
-		t.Fatalf("%q: decode gave %s (%v), encoding/json %s (%v)", doc, dump(viaDecode), err, dump(want), wantErr)
-	}
-	return fast
 }
 
 // dump shows a decoded value with its pointers followed.
@@ -110,95 +97,87 @@ func consulAnswers(t testing.TB) map[string][]byte {
 	}
 }
 
-// TestScanDecodesAsEncodingJSON: Consul's answers take the fast path and
-// decode as encoding/json decodes them; each odd document either does the
-// same or goes to encoding/json.
-func TestScanDecodesAsEncodingJSON(t *testing.T) {
+// TestDecodesAsEncodingJSON: Consul's answers, indented or not, and odd
+// documents (escapes, invalid UTF-8, nulls, duplicate and folded keys,
+// numbers out of range, invalid JSON, trailing bytes) decode as
+// encoding/json decodes them.
+func TestDecodesAsEncodingJSON(t *testing.T) {
 	real := consulAnswers(t)
 	for _, k := range leanKinds {
 		doc := real[strings.TrimSuffix(k.name, "-struct")]
-		if !agree(t, doc, k.out) {
-			t.Errorf("%s: scanDecode gave up on Consul's own answer", k.name)
-		}
+		agree(t, doc, k.out)
 		pretty, err := json.MarshalIndent(json.RawMessage(doc), "", "    ") // as Consul writes it
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !agree(t, pretty, k.out) {
-			t.Errorf("%s: scanDecode gave up on the indented answer", k.name)
-		}
+		agree(t, pretty, k.out)
 	}
 	svc := func(fields string) string { return `{"Services":[{` + fields + `}]}` }
-	cases := []struct {
-		kind, doc string
-		fast      bool
-	}{
-		{"node-services", svc(`"ID":"a\"b\\c\/d\n\u00e9\ud83d\ude00","Service":"x"`), true},
-		{"node-services", svc(`"ID":"lone \ud800 surrogate"`), true},
-		{"node-services", svc("\"ID\":\"raw \xc3\xa9 and invalid \xff\xfe\""), true},
-		{"node-services", svc(`"Tags":["a","b\u0000"],"Meta":{"k\u00e9y":"v","k":"1","k":"2"}`), true},
-		{"node-services", svc(`"ID":null,"Port":null,"Tags":null,"Meta":null,"Weights":null,"ModifyIndex":null`), true},
-		{"node-services", svc(`"Tags":[],"Meta":{},"Weights":{}`), true},
-		{"node-services", svc(`"Port":-0,"Weights":{"Passing":-3,"Warning":0},"ModifyIndex":18446744073709551615`), true},
-		{"node-services", `{"Services":null}`, true},
-		{"node-services", `{"Services":[]}`, true},
-		{"node-services", `{"Services":[null,{}]}`, true},
-		{"node-services", `{}`, true},
-		{"node-services", svc(`"Proxy":{"a":[1,2.5e-3,true,false,null,{"b":[[[]]]}]},"X":"\u0041"`), true},
-		{"node-services", " \t\r\n" + svc(` "ID" : "a" , "Port" : 1 `) + " \n", true},
-		{"node-services", `null`, false},
-		{"node-services", svc(`"id":"folded"`), false},
-		{"node-services", svc(`"ID":"a","ID":"b"`), false},
-		{"node-services", svc(`"I\u0044":"escaped key"`), false},
-		{"node-services", svc(`"Port":1.5`), false},
-		{"node-services", svc(`"Port":1e2`), false},
-		{"node-services", svc(`"Port":"80"`), false},
-		{"node-services", svc(`"Port":99999999999999999999`), false},
-		{"node-services", svc(`"ModifyIndex":-1`), false},
-		{"node-services", svc(`"ModifyIndex":18446744073709551616`), false},
-		{"node-services", svc(`"Tags":[null]`), false},
-		{"node-services", svc(`"Tags":"a"`), false},
-		{"node-services", svc(`"Meta":{"k":null}`), false},
-		{"node-services", svc(`"Meta":{"k":1}`), false},
-		{"node-services", svc(`"Weights":{"passing":1}`), false},
-		{"node-services", svc(`"Proxy":{"a":01}`), false},
-		{"node-services", svc(`"Proxy":{"a":tru}`), false},
-		{"node-services", svc(`"Proxy":"bad \x01 control"`), false},
-		{"node-services", svc(`"Proxy":"bad \x escape"`), false},
-		{"node-services", svc(`"Proxy":[1,]`), false},
-		{"node-services", svc(`"Proxy":` + strings.Repeat("[", 100) + strings.Repeat("]", 100)), false},
-		{"node-services", svc(`"ID":"a"`) + `x`, false},
-		{"node-services", svc(`"ID":"a"`) + "\x00", false},
-		{"node-services", svc(`"ID":"a"`) + " \x00" + svc(`"ID":"b"`), false},
-		{"checks", "[]\x00", false},
-		{"node-services", svc(`"ID":"a"`)[:20], false},
-		{"checks", `[]`, true},
-		{"checks", `[null,{"CheckID":"c","ServiceID":"s","Status":"critical","Output":"\tx","Namespace":"ns","ModifyIndex":3,"Definition":{}}]`, true},
-		{"checks", `[{"serviceid":"s"}]`, false},
-		{"checks", `{}`, false},
-		{"entries", `[{"Node":null,"Service":null,"Checks":null}]`, true},
-		{"entries", `[{"Node":{"Node":"n","Address":"x"},"Checks":[]}]`, true},
-		{"entries", `[{"Node":{"Node":"n","node":"m"}}]`, false},
-		{"txn", `{"Results":null,"Errors":null}`, true},
-		{"txn", `{"Results":[null,{"Node":null},{"KV":{"Key":"k"}},{"Service":{"ID":"s","ModifyIndex":4,"Tags":["x"]}}]}`, true},
-		{"txn", `{"Results":[{"Check":{"CheckID":"c","ModifyIndex":5}}],"Errors":[{"OpIndex":0,"What":"no"}]}`, false},
-		{"txn", `null`, false},
+	cases := []struct{ kind, doc string }{
+		{"node-services", svc(`"ID":"a\"b\\c\/d\n\u00e9\ud83d\ude00","Service":"x"`)},
+		{"node-services", svc(`"ID":"lone \ud800 surrogate"`)},
+		{"node-services", svc("\"ID\":\"raw \xc3\xa9 and invalid \xff\xfe\"")},
+		{"node-services", svc(`"Tags":["a","b\u0000"],"Meta":{"k\u00e9y":"v","k":"1","k":"2"}`)},
+		{"node-services", svc(`"ID":null,"Port":null,"Tags":null,"Meta":null,"Weights":null,"ModifyIndex":null`)},
+		{"node-services", svc(`"Tags":[],"Meta":{},"Weights":{}`)},
+		{"node-services", svc(`"Port":-0,"Weights":{"Passing":-3,"Warning":0},"ModifyIndex":18446744073709551615`)},
+		{"node-services", `{"Services":null}`},
+		{"node-services", `{"Services":[]}`},
+		{"node-services", `{"Services":[null,{}]}`},
+		{"node-services", `{}`},
+		{"node-services", svc(`"Proxy":{"a":[1,2.5e-3,true,false,null,{"b":[[[]]]}]},"X":"\u0041"`)},
+		{"node-services", " \t\r\n" + svc(` "ID" : "a" , "Port" : 1 `) + " \n"},
+		{"node-services", `null`},
+		{"node-services", svc(`"id":"folded"`)},
+		{"node-services", svc(`"ID":"a","ID":"b"`)},
+		{"node-services", svc(`"I\u0044":"escaped key"`)},
+		{"node-services", svc(`"Port":1.5`)},
+		{"node-services", svc(`"Port":1e2`)},
+		{"node-services", svc(`"Port":"80"`)},
+		{"node-services", svc(`"Port":99999999999999999999`)},
+		{"node-services", svc(`"ModifyIndex":-1`)},
+		{"node-services", svc(`"ModifyIndex":18446744073709551616`)},
+		{"node-services", svc(`"Tags":[null]`)},
+		{"node-services", svc(`"Tags":"a"`)},
+		{"node-services", svc(`"Meta":{"k":null}`)},
+		{"node-services", svc(`"Meta":{"k":1}`)},
+		{"node-services", svc(`"Weights":{"passing":1}`)},
+		{"node-services", svc(`"Proxy":{"a":01}`)},
+		{"node-services", svc(`"Proxy":{"a":tru}`)},
+		{"node-services", svc(`"Proxy":"bad \x01 control"`)},
+		{"node-services", svc(`"Proxy":"bad \x escape"`)},
+		{"node-services", svc(`"Proxy":[1,]`)},
+		{"node-services", svc(`"Proxy":` + strings.Repeat("[", 100) + strings.Repeat("]", 100))},
+		{"node-services", svc(`"ID":"a"`) + `x`},
+		{"node-services", svc(`"ID":"a"`) + "\x00"},
+		{"node-services", svc(`"ID":"a"`) + " \x00" + svc(`"ID":"b"`)},
+		{"checks", "[]\x00"},
+		{"node-services", svc(`"ID":"a"`)[:20]},
+		{"checks", `[]`},
+		{"checks", `[null,{"CheckID":"c","ServiceID":"s","Status":"critical","Output":"\tx","Namespace":"ns","ModifyIndex":3,"Definition":{}}]`},
+		{"checks", `[{"serviceid":"s"}]`},
+		{"checks", `{}`},
+		{"entries", `[{"Node":null,"Service":null,"Checks":null}]`},
+		{"entries", `[{"Node":{"Node":"n","Address":"x"},"Checks":[]}]`},
+		{"entries", `[{"Node":{"Node":"n","node":"m"}}]`},
+		{"txn", `{"Results":null,"Errors":null}`},
+		{"txn", `{"Results":[null,{"Node":null},{"KV":{"Key":"k"}},{"Service":{"ID":"s","ModifyIndex":4,"Tags":["x"]}}]}`},
+		{"txn", `{"Results":[{"Check":{"CheckID":"c","ModifyIndex":5}}],"Errors":[{"OpIndex":0,"What":"no"}]}`},
+		{"txn", `null`},
 	}
 	kinds := map[string]func() any{}
 	for _, k := range leanKinds {
 		kinds[k.name] = k.out
 	}
 	for _, tc := range cases {
-		if fast := agree(t, []byte(tc.doc), kinds[tc.kind]); fast != tc.fast {
-			t.Errorf("%s %q: fast path %v, want %v", tc.kind, tc.doc, fast, tc.fast)
-		}
+		agree(t, []byte(tc.doc), kinds[tc.kind])
 	}
 }
 
-// TestScanDecodeMutations: thousands of documents a byte or a few away
+// TestDecodeMutations: thousands of documents a byte or a few away
 // from Consul's answers (truncated, spliced, with JSON's special
 // characters put in) each decode as encoding/json decodes them.
-func TestScanDecodeMutations(t *testing.T) {
+func TestDecodeMutations(t *testing.T) {
 	real := consulAnswers(t)
 	rnd := rand.New(rand.NewPCG(17, 4))
 	special := []byte("\"\\{}[],:0123456789-+.eEtrufalsn u\x00\x1f\x7f\x80\xc3\xff")
@@ -206,7 +185,6 @@ func TestScanDecodeMutations(t *testing.T) {
 	if testing.Short() {
 		n = 500
 	}
-	fast := 0
 	for _, k := range leanKinds {
 		base := real[strings.TrimSuffix(k.name, "-struct")]
 		for range n {
@@ -230,20 +208,14 @@ func TestScanDecodeMutations(t *testing.T) {
 					doc = append(doc, special[rnd.IntN(len(special))])
 				}
 			}
-			if agree(t, doc, k.out) {
-				fast++
-			}
+			agree(t, doc, k.out)
 		}
 	}
-	if fast == 0 {
-		t.Error("no mutated document took the fast path: the test exercises only the fallback")
-	}
-	t.Logf("%d of %d mutated documents took the fast path", fast, n*len(leanKinds))
 }
 
-// FuzzScanDecode: go test -fuzz FuzzScanDecode ./consul/internal/wire (the
-// seeds run in every go test).
-func FuzzScanDecode(f *testing.F) {
+// FuzzDecode: go test -fuzz FuzzDecode ./consul/internal/wire (the seeds
+// run in every go test).
+func FuzzDecode(f *testing.F) {
 	for _, doc := range consulAnswers(f) {
 		f.Add(doc)
 	}
@@ -255,11 +227,11 @@ func FuzzScanDecode(f *testing.F) {
 	})
 }
 
-// TestScanTakesConsulsAnswers: on a real agent, the answers of the reads
-// of owned state and of a transaction take the fast path, with tags, meta
-// and check output that need escapes and hold non-ASCII text, and decode
-// as encoding/json decodes them.
-func TestScanTakesConsulsAnswers(t *testing.T) {
+// TestDecodesConsulsAnswers: on a real agent, the answers of the reads of
+// owned state and of a transaction, with tags, meta and check output that
+// need escapes and hold non-ASCII text, decode as encoding/json decodes
+// them.
+func TestDecodesConsulsAnswers(t *testing.T) {
 	a := needConsul(t)
 	node := "k8s-scan"
 	in := []api.AgentService{instance(1, "web"), instance(2, "web")}
@@ -274,37 +246,11 @@ func TestScanTakesConsulsAnswers(t *testing.T) {
 	}
 	for path, out := range answers {
 		body := get(t, a, path)
-		if !agree(t, body, out) {
-			t.Errorf("GET %s: scanDecode gave up on Consul's answer:\n%s", path, body)
-		}
+		agree(t, body, out)
 	}
 	// A transaction's answer, as the daemon's raw client reads it.
 	txn := commitTxn(t, a, instanceOps(node, in[1:], critical)[1:])
-	if !agree(t, txn, func() any { return &TxnResponse{} }) {
-		t.Errorf("scanDecode gave up on a transaction's answer:\n%s", txn)
-	}
-}
-
-// TestScanLeavesAFilledOutToEncodingJSON: encoding/json merges into what
-// out already holds; scanDecode does not try.
-func TestScanLeavesAFilledOutToEncodingJSON(t *testing.T) {
-	real := consulAnswers(t)
-	filled := []any{
-		&NodeServices{Services: []*Service{{ID: "kept"}}},
-		&[]*Check{{CheckID: "kept"}},
-		&[]*Entry{{}},
-		&TxnResponse{Results: []TxnResult{{}}},
-	}
-	docs := []string{"node-services", "checks", "entries", "txn"}
-	for i, out := range filled {
-		if scanDecode(real[docs[i]], out) {
-			t.Errorf("%s: scanDecode decoded into a filled %T", docs[i], out)
-		}
-	}
-	p := &NodeServices{}
-	if scanDecode(real["node-services"], &p) {
-		t.Error("scanDecode decoded into a filled **NodeServices")
-	}
+	agree(t, txn, func() any { return &TxnResponse{} })
 }
 
 // BenchmarkDecode decodes Consul's own answers (a real agent's, 1,000
@@ -336,10 +282,7 @@ func BenchmarkDecode(b *testing.B) {
 		{"txn-answer-10", txn, func() any { return &api.TxnResponse{} }, func() any { return &TxnResponse{} }},
 	}
 	for _, tc := range cases {
-		if !scanDecode(tc.body, tc.lean()) {
-			b.Fatalf("%s: scanDecode gave up on Consul's answer", tc.name)
-		}
-		for _, kind := range []string{"api", "lean", "scan"} {
+		for _, kind := range []string{"api", "lean", "wire"} {
 			b.Run(tc.name+"/"+kind, func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(tc.body)))
@@ -350,7 +293,7 @@ func BenchmarkDecode(b *testing.B) {
 						err = json.Unmarshal(tc.body, tc.full())
 					case "lean":
 						err = json.Unmarshal(tc.body, tc.lean())
-					case "scan":
+					case "wire":
 						err = decode(tc.body, tc.lean())
 					}
 					if err != nil {

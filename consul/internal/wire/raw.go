@@ -22,8 +22,7 @@ import (
 // first resync period), and the garbage collector's work with
 // it. The request is the one consul/api would send (rawQuery, pinned by
 // TestRawReadsAskWhatTheAPIClientAsks and TestRawTxnSendsWhatTheAPIClientSends);
-// the answer is decoded into the same lean types (decode: one pass of
-// jscan, or encoding/json).
+// the answer is decoded into the same lean types (decode).
 type Raw struct {
 	hc     *http.Client
 	scheme string

@@ -114,21 +114,6 @@ func TestAppendOpIsJSONMarshal(t *testing.T) {
 	}
 }
 
-// TestAppendOpFastPath: the ops of an instance's write, as the catalog
-// store builds them (a service op with weights and an index, a check op),
-// are encoded here, not by json.Marshal.
-func TestAppendOpFastPath(t *testing.T) {
-	svc := api.AgentService{ID: "id", Service: "web", Address: "10.0.0.1", Port: 80, Weights: api.AgentWeights{Passing: 3, Warning: 1},
-		Tags: []string{"k8s"}, Meta: map[string]string{"k8s-cluster": "c1"}, ModifyIndex: 7}
-	ops := instanceOps("n", []api.AgentService{svc}, nil)[1:]
-	ops[0].Service.Verb, ops[1].Check.Verb = api.ServiceCAS, api.CheckCAS
-	for _, op := range ops {
-		if op.Service != nil && !plainService(&op.Service.Service) || op.Check != nil && !plainCheck(&op.Check.Check) {
-			t.Errorf("op %+v falls back to json.Marshal", op)
-		}
-	}
-}
-
 func FuzzAppendOp(f *testing.F) {
 	for i, s := range trickyStrings {
 		f.Add(s, trickyStrings[(i+1)%len(trickyStrings)], i*1000, uint64(i))
