@@ -178,7 +178,10 @@ func (s *Supervisor) finished(key k8s.Key, e *entry) {
 // safeRun runs w, turning a panic into an error.
 func safeRun(ctx context.Context, w *worker.Worker) (err error) {
 	defer func() {
-		if p := recover(); p != nil {
+		p := recover()
+		if pe, ok := p.(*worker.PanicError); ok {
+			err = fmt.Errorf("panic: %w\n%s", pe, pe.Stack) // on a flush's goroutine: its stack
+		} else if p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()

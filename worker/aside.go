@@ -2,15 +2,15 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 )
 
 // A goroutine's stack grows to what its deepest call needs and keeps that
 // size while it is parked unless less than a quarter of it is in use. A
 // flush goes deep (the desired state, JSON encoding and decoding, the HTTP
-// client) and, run on the worker's goroutine, left every worker parked on
-// an 8 KiB stack for the rest of its life. So the work is split by depth:
+// client) and, run on the worker's goroutine, would leave every worker
+// parked on an 8 KiB stack for the rest of its life. So the work is split
+// by depth (docs/design/decisions/goroutine-stacks.md has the figures):
 //
 //   - the worker's goroutine only waits and schedules (Run), on 4 KiB;
 //   - each flush runs on a goroutine of its own (flushAside) that only
@@ -18,58 +18,48 @@ import (
 //     the 10,000 flushes of a cold start that all wait for it hold 4 KiB
 //     each, not 8;
 //   - the deep parts (the desired state and its diff, every Consul call)
-//     run on short-lived goroutines (deep) and take their stacks with them.
+//     run on short-lived goroutines (aside) and take their stacks with
+//     them.
 //
-// make bench, 2,000 x 10: goroutine stacks 8.7 MiB for 2,052 goroutines
-// idle, 16.5 MiB with the flush on the worker's goroutine. A panic on one
-// of these goroutines is raised again on the one that waits for it, so
-// sync's recover and the supervisor's see it as before, with the stack
-// where it happened.
+// Each of these goroutines ends before the one that started it goes on. A
+// panic on one is raised again on the goroutine that waits for it as a
+// *PanicError that keeps the original value and the stack where it
+// happened, so sync's recover and the supervisor's see it as if it had
+// happened on their goroutine.
 
 // flushAside runs flush on a goroutine of its own while the worker's
 // goroutine waits.
-func (w *Worker) flushAside(ctx context.Context, s *scheduler) bool {
-	type result struct {
-		finished bool
-		panic    any
-		stack    []byte
-	}
-	c := make(chan result, 1)
-	go func() {
-		var r result
-		defer func() {
-			if p := recover(); p != nil {
-				r.panic = p
-				r.stack = make([]byte, 8<<10)
-				r.stack = r.stack[:runtime.Stack(r.stack, false)]
-			}
-			c <- r
-		}()
-		r.finished = w.flush(ctx, s)
-	}()
-	r := <-c
-	if r.panic != nil {
-		panic(fmt.Sprintf("%v\n\nin the flush:\n%s", r.panic, r.stack))
-	}
-	return r.finished
+func (w *Worker) flushAside(ctx context.Context, s *scheduler) (finished bool) {
+	aside(func() { finished = w.flush(ctx, s) })
+	return finished
 }
 
-// deep runs f on a short-lived goroutine and waits for it (see above).
-func deep(f func()) {
-	c := make(chan any, 1)
+// aside runs f on a short-lived goroutine and waits for it; a panic in f
+// is raised again here (asPanicError).
+func aside(f func()) {
+	c := make(chan *PanicError, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				stack := make([]byte, 8<<10)
-				stack = stack[:runtime.Stack(stack, false)]
-				c <- fmt.Sprintf("%v\n\nin:\n%s", p, stack)
+				c <- asPanicError(p)
 				return
 			}
 			c <- nil
 		}()
 		f()
 	}()
-	if p := <-c; p != nil {
-		panic(p)
+	if pe := <-c; pe != nil {
+		panic(pe)
 	}
+}
+
+// asPanicError is a recovered panic value as a *PanicError: as it is when
+// it already is one (raised again by aside), else with the stack of the
+// panicking goroutine (call it in the deferred function that recovered).
+func asPanicError(p any) *PanicError {
+	if pe, ok := p.(*PanicError); ok {
+		return pe
+	}
+	buf := make([]byte, 8<<10)
+	return &PanicError{Value: p, Stack: string(buf[:runtime.Stack(buf, false)])}
 }

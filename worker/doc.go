@@ -39,5 +39,12 @@
 // returns ErrFinished.
 //
 // Run returns when its context is done (after one final flush bounded by
-// DrainTimeout if a change is pending); it starts no goroutines of its own.
+// DrainTimeout if a change is pending). Its goroutine only waits and
+// schedules: each flush runs on a goroutine of its own and the deep parts
+// of a flush (the desired state and its diff, every Consul call) on
+// short-lived ones (aside.go), which keeps a parked worker's stack at
+// 4 KiB. Each of them ends before the goroutine that started it goes on,
+// so none outlives Run; a panic on one reaches the goroutine that waits
+// for it as a *PanicError holding the original value and the stack where
+// it happened.
 package worker

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/fleetsync/fleetsync/consul"
@@ -109,9 +108,7 @@ type syncResult struct {
 func (w *Worker) sync(ctx context.Context, s *scheduler, notified bool) (res syncResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			buf := make([]byte, 8<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			err = &PanicError{Value: p, Stack: string(buf)}
+			err = asPanicError(p)
 		}
 	}()
 	res.resync = w.resyncDue
@@ -210,7 +207,7 @@ func (w *Worker) write(ctx context.Context, ch consul.Change, attempt int, resyn
 		w.log.Trace("Writing", "register", idsOf(ch.Register, instanceID), "update", idsOf(ch.Update, updateID),
 			"deregister", idsOf(ch.Deregister, registeredID), "resync", resync, "attempt", attempt)
 	}
-	deep(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
+	aside(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
 	w.lastWrite = w.clock.Now()
 	if w.log.IsTrace() {
 		w.log.Trace("Wrote", "written", idsOf(applied.Written, registeredID), "deleted", applied.Deleted, "error", err)

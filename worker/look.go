@@ -6,12 +6,12 @@ import (
 )
 
 // look computes the desired state and its diff against the owned state,
-// on a short-lived goroutine (deep); the result counts the desired
+// on a short-lived goroutine (aside); the result counts the desired
 // instances.
 func (w *Worker) look() (ch consul.Change, res syncResult) {
 	w.opts.Looks.acquire()
 	defer w.opts.Looks.release()
-	deep(func() {
+	aside(func() {
 		var desired []consul.Instance
 		desired, res = w.desired()
 		res.desired = len(desired)

@@ -69,7 +69,7 @@ func (w *Worker) readOwned(ctx context.Context) error {
 	c := w.opts.Config.Cluster
 	var entries []consul.Registered
 	var err error
-	deep(func() { entries, err = w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name)) })
+	aside(func() { entries, err = w.opts.Store.ReadPrefix(ctx, c.IDPrefix(w.opts.Key.Namespace, w.opts.Key.Name)) })
 	if err != nil {
 		return fmt.Errorf("read owned state: %w", err)
 	}

@@ -47,7 +47,7 @@ func nextResync(period time.Duration) time.Duration {
 // used (no names known).
 func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	var names []string
-	deep(func() { names = w.knownNames() })
+	aside(func() { names = w.knownNames() })
 	if len(names) == 0 {
 		return false, nil
 	}
@@ -66,14 +66,14 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 	var err error
 	// From a read begun after the last write of ours: marks read before
 	// it would stand for a catalog without it.
-	deep(func() { v.marks, err = w.opts.Store.CatalogMarks(ctx, w.lastWrite) })
+	aside(func() { v.marks, err = w.opts.Store.CatalogMarks(ctx, w.lastWrite) })
 	if err != nil {
 		return true, fmt.Errorf("anti-entropy read: %w", err)
 	}
 	for _, node := range w.entryNodes() {
 		var index uint64
 		var err error
-		deep(func() { index, err = w.opts.Store.NodeIndex(ctx, node) })
+		aside(func() { index, err = w.opts.Store.NodeIndex(ctx, node) })
 		if err != nil {
 			return true, fmt.Errorf("anti-entropy read: %w", err)
 		}
@@ -84,7 +84,7 @@ func (w *Worker) readOwnedByName(ctx context.Context) (bool, error) {
 		var got []consul.Registered
 		var index uint64
 		var err error
-		deep(func() { got, index, err = w.opts.Store.ReadService(ctx, name) })
+		aside(func() { got, index, err = w.opts.Store.ReadService(ctx, name) })
 		if err != nil {
 			return true, fmt.Errorf("anti-entropy read: %w", err)
 		}
@@ -176,7 +176,7 @@ func (w *Worker) unchangedSince(ctx context.Context) (bool, error) {
 	}
 	var marks consul.CatalogMarks
 	var err error
-	deep(func() { marks, err = w.opts.Store.CatalogMarks(ctx, time.Time{}) })
+	aside(func() { marks, err = w.opts.Store.CatalogMarks(ctx, time.Time{}) })
 	if err != nil {
 		return false, fmt.Errorf("anti-entropy check: %w", err)
 	}
@@ -218,7 +218,7 @@ func unmoved(ctx context.Context, was map[string]uint64, keys []string, index fu
 		}
 		var now uint64
 		var err error
-		deep(func() { now, err = index(ctx, k) })
+		aside(func() { now, err = index(ctx, k) })
 		if err != nil {
 			return false, fmt.Errorf("anti-entropy check: %w", err)
 		}

@@ -421,10 +421,12 @@ func (w *Worker) drain(ctx context.Context, s *scheduler) {
 	w.flush(dctx, s)
 }
 
-// PanicError is a panic recovered in a worker's sync.
+// PanicError is a panic in a worker's flush: sync returns it as its
+// error; one outside sync's recover reaches Run's caller as a panic with a
+// *PanicError value.
 type PanicError struct {
-	Value any
-	Stack string
+	Value any    // the value the panic was raised with
+	Stack string // the stack of the goroutine that panicked
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("worker panicked: %v", e.Value) }

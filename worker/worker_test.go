@@ -822,11 +822,12 @@ func TestRunPanic(t *testing.T) {
 		name  string
 		svc   *k8s.Service
 		setup func(*harness)
-		what  string
+		what  string // the panic's value, kept as it is
+		frame string // where it happened, in its stack
 	}{
-		{name: "in Lookup", svc: newSvc([]k8s.Endpoint{epA}), setup: func(h *harness) { h.k8s.panics = 1 }, what: "lookup exploded"},
-		{name: "in Reporter", svc: newSvc([]k8s.Endpoint{epA}, withAnn(AnnotationWindow, "x")), setup: func(h *harness) { h.rep.panics = 1 }, what: "reporter exploded"},
-		{name: "in Store.Apply", svc: newSvc([]k8s.Endpoint{epA}), setup: func(h *harness) { h.store.panics = 1 }, what: "store exploded"},
+		{name: "in Lookup", svc: newSvc([]k8s.Endpoint{epA}), setup: func(h *harness) { h.k8s.panics = 1 }, what: "lookup exploded", frame: "(*fakeK8s).lookup"},
+		{name: "in Reporter", svc: newSvc([]k8s.Endpoint{epA}, withAnn(AnnotationWindow, "x")), setup: func(h *harness) { h.rep.panics = 1 }, what: "reporter exploded", frame: "Warning"},
+		{name: "in Store.Apply", svc: newSvc([]k8s.Endpoint{epA}), setup: func(h *harness) { h.store.panics = 1 }, what: "store exploded", frame: "(*fakeStore).Apply"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -835,8 +836,8 @@ func TestRunPanic(t *testing.T) {
 			h.start()
 			f := h.flush()
 			var pe *PanicError
-			if !errors.As(f.Err, &pe) || !strings.Contains(pe.Error(), tt.what) || !strings.Contains(pe.Stack, "worker") {
-				t.Fatalf("flush error %v, want a PanicError with %q and a stack", f.Err, tt.what)
+			if !errors.As(f.Err, &pe) || pe.Value != tt.what || !strings.Contains(pe.Stack, tt.frame) {
+				t.Fatalf("flush error %#v, want a PanicError of value %q and a stack through %s", f.Err, tt.what, tt.frame)
 			}
 			if st := h.w.Status(); st.State != StateBackingOff || !strings.Contains(st.LastError, "panicked") {
 				t.Errorf("status %+v", st)
@@ -906,8 +907,8 @@ func (o *panickingObserver) Flushed(Flush) { panic("observer broke") }
 
 // TestPanicInAFlushReachesRunsCaller: the flush runs on a goroutine of its
 // own (flushAside); a panic there outside sync's own recover is raised
-// again on Run's goroutine, where the supervisor's recover catches it,
-// with the flush's stack.
+// again on Run's goroutine, where the supervisor's recover catches it, as
+// a *PanicError with the original value and the flush's stack.
 func TestPanicInAFlushReachesRunsCaller(t *testing.T) {
 	w := New(Options{Key: testKey, Config: testConfig(t), Lookup: (&fakeK8s{svc: newSvc([]k8s.Endpoint{epA}), selected: true}).lookup,
 		Store: newFakeStore(t, testCluster(t)), OwnedKnown: true, Observer: &panickingObserver{}})
@@ -917,8 +918,8 @@ func TestPanicInAFlushReachesRunsCaller(t *testing.T) {
 		_ = w.Run(t.Context())
 	}()
 	p := <-got
-	msg, _ := p.(string)
-	if !strings.Contains(msg, "observer broke") || !strings.Contains(msg, "in the flush") || !strings.Contains(msg, "(*Worker).record") {
-		t.Fatalf("Run's caller recovered %v, want the observer's panic with the flush's stack", p)
+	pe, _ := p.(*PanicError)
+	if pe == nil || pe.Value != "observer broke" || !strings.Contains(pe.Stack, "(*Worker).record") {
+		t.Fatalf("Run's caller recovered %#v, want a *PanicError with the observer's value and the flush's stack", p)
 	}
 }
