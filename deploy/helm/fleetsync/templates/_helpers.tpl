@@ -62,3 +62,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "replicas=%d needs shards > 1: with shards 1 every replica syncs every Service (hot standbys that all write); set shards >= replicas so that they split the Services (e.g. shards=%d), or replicas=1" (int .Values.replicas) (mul 4 (int .Values.replicas))) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A scheduling value (nodeSelector, tolerations, affinity) as YAML: a
+map or list as it is, or a string of YAML rendered with tpl, as the consul
+chart takes its syncCatalog values (so its values can be copied). Call with
+(dict "value" .Values.x "root" $). */}}
+{{- define "fleetsync.yamlValue" -}}
+{{- if kindIs "string" .value -}}
+{{ tpl .value .root }}
+{{- else -}}
+{{ toYaml .value }}
+{{- end -}}
+{{- end -}}
