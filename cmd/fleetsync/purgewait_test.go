@@ -33,7 +33,7 @@ func (c timerClock) NewTimer(d time.Duration) clock.Timer {
 func TestPlanWhenReleased(t *testing.T) {
 	held := admin.PurgePlan{Cluster: east, Claim: &claim.Value{Holder: "fleetsync-0"}, ClaimHeld: true}
 	free := admin.PurgePlan{Cluster: east, Claim: &claim.Value{Holder: "fleetsync-0"}}
-	run := func(wait time.Duration, heldFor int) (polls []time.Duration, reads int, p admin.PurgePlan, err error, out string) {
+	run := func(wait time.Duration, heldFor int) (polls []time.Duration, reads int, p admin.PurgePlan, out string, err error) {
 		clk := timerClock{testingclock.NewFakeClock(time.Unix(1000, 0)), make(chan time.Duration)}
 		var buf bytes.Buffer
 		plan := func(context.Context) (admin.PurgePlan, error) {
@@ -56,11 +56,11 @@ func TestPlanWhenReleased(t *testing.T) {
 				continue
 			case <-done:
 			}
-			return polls, reads, p, err, buf.String()
+			return polls, reads, p, buf.String(), err
 		}
 	}
 
-	polls, reads, p, err, out := run(10*time.Second, 2)
+	polls, reads, p, out, err := run(10*time.Second, 2)
 	if err != nil || p.ClaimHeld || reads != 3 || len(polls) != 2 || polls[0] != releasedPoll {
 		t.Errorf("released after two polls: %+v, %v, %d reads, polls %v", p, err, reads, polls)
 	}
@@ -68,13 +68,13 @@ func TestPlanWhenReleased(t *testing.T) {
 		t.Errorf("output %q, want the wait said once", out)
 	}
 
-	polls, reads, _, err, _ = run(5*time.Second, 100)
+	polls, reads, _, _, err = run(5*time.Second, 100)
 	if err == nil || !strings.Contains(err.Error(), "refusing: cluster id east is claimed") || reads != 4 ||
 		len(polls) != 3 || polls[2] != time.Second {
 		t.Errorf("never released: %v, %d reads, polls %v; want the refusal after reads at 0, 2, 4 and 5 s", err, reads, polls)
 	}
 
-	polls, reads, _, err, out = run(0, 100)
+	polls, reads, _, out, err = run(0, 100)
 	if err == nil || reads != 1 || len(polls) != 0 || out != "" {
 		t.Errorf("no wait: %v, %d reads, polls %v, output %q", err, reads, polls, out)
 	}
