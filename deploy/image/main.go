@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 )
 
 const usage = `usage:
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func parse(fs *flag.FlagSet, args []string, nargs int) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return errors.New(usage)
+			return errors.New(strings.TrimRight(usage, "\n"))
 		}
 		return err
 	}

@@ -30,6 +30,9 @@ type fakeStore struct {
 	nodeReads int
 }
 
+// errDown is Consul's own error text for a server that timed out.
+//
+//lint:ignore ST1005 the text is Consul's, as its client returns it
 var errDown = errors.New("Unexpected response code: 500 (rpc error: timeout)")
 
 func newFakeStore() *fakeStore {
