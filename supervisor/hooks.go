@@ -44,6 +44,9 @@ type ConsulHooks interface {
 	ForeignNodes(n int)
 	// ConsulNodes: the Consul nodes the cluster's Services are spread over.
 	ConsulNodes(n int)
+	// ReadPanicked: a long-running read (bootstrap, node_check, repair)
+	// panicked and counts as a failed read.
+	ReadPanicked(read string)
 }
 
 // orNop fills the unset hooks with ones that do nothing.
@@ -75,3 +78,4 @@ func (nopHooks) ReplicaIDConflict()                                  {}
 func (nopHooks) ConsulDataLost(string)                               {}
 func (nopHooks) ForeignNodes(int)                                    {}
 func (nopHooks) ConsulNodes(int)                                     {}
+func (nopHooks) ReadPanicked(string)                                 {}

@@ -22,6 +22,7 @@ func (s *Supervisor) newLossWatch() *loss.Watch {
 		Log:      s.log,
 		Interval: s.opts.NodeCheckInterval,
 		StateKey: s.opts.StateKey,
+		Guard:    func(check func() error) error { return s.recoverRead(readNodeCheck, check) },
 		Lost:     s.dataLost,
 		Foreign:  func(nodes []consul.NodeEntry) { s.foreignNodes(nodes, reported) },
 		Answering: func() {
@@ -60,7 +61,11 @@ func (s *Supervisor) dataLost(ctx context.Context, found []loss.Finding) {
 // own instead (worker.Resync).
 func (s *Supervisor) repairAll(ctx context.Context) int {
 	start := s.opts.Clock.Now()
-	entries, err := s.opts.Store.ReadNode(ctx)
+	var entries []consul.Registered
+	err := s.recoverRead(readRepair, func() (err error) {
+		entries, err = s.opts.Store.ReadNode(ctx)
+		return err
+	})
 	if err != nil {
 		s.log.Warn("Cannot read the cluster's nodes after a loss; every worker reads its own", "error", err)
 		return s.resyncAll()

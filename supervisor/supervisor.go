@@ -259,7 +259,11 @@ type ownedState struct {
 func (s *Supervisor) readOwned(ctx context.Context) (ownedState, error) {
 	retry := backoff.New(readBackoff)
 	for {
-		entries, err := s.opts.Store.ReadNode(ctx)
+		var entries []consul.Registered
+		err := s.recoverRead(readBootstrap, func() (err error) {
+			entries, err = s.opts.Store.ReadNode(ctx)
+			return err
+		})
 		if err == nil {
 			st := ownedState{nodes: UsedNodes(s.opts.Worker.Cluster, entries)}
 			st.held, st.foreign = worker.HoldOwned(s.opts.Worker.Cluster, entries)

@@ -217,6 +217,8 @@ func memOf(s Store) *memStore {
 		return s.memStore
 	case *witnessStore:
 		return s.memStore
+	case *panickyRead:
+		return s.memStore
 	}
 	panic("unknown store")
 }

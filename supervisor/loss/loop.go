@@ -60,6 +60,10 @@ type Config struct {
 	// Foreign, when set, is told the look-alike nodes (named like ours,
 	// someone else's) of every node list read.
 	Foreign func(nodes []consul.NodeEntry)
+	// Guard, when set, runs each check Run makes; an error it returns
+	// (a panic in a read it recovered) counts as a check without an
+	// answer, as a failed node read does.
+	Guard func(check func() error) error
 	// Answering, when set, is told when Consul answers a check again
 	// after a check got no answer, once the check found no loss or
 	// reported it.
@@ -104,7 +108,7 @@ func (w *Watch) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	w.Step(ctx, "")
+	w.check(ctx, "")
 	for {
 		t := w.cfg.Clock.NewTimer(w.cfg.Interval)
 		select {
@@ -113,11 +117,34 @@ func (w *Watch) Run(ctx context.Context) {
 			return
 		case ev := <-w.evidence:
 			t.Stop()
-			w.Step(ctx, ev)
+			w.check(ctx, ev)
 		case <-t.C():
-			w.Step(ctx, "")
+			w.check(ctx, "")
 		}
 	}
+}
+
+// check is one Step under Config.Guard.
+func (w *Watch) check(ctx context.Context, evidence string) {
+	if w.cfg.Guard == nil {
+		w.Step(ctx, evidence)
+		return
+	}
+	if err := w.cfg.Guard(func() error { w.Step(ctx, evidence); return nil }); err != nil {
+		w.cfg.Log.Debug("The check of the cluster's Consul nodes failed", "error", err)
+		w.unanswered(ctx)
+	}
+}
+
+// unanswered records a check that got no answer.
+func (w *Watch) unanswered(ctx context.Context) {
+	if !w.failed {
+		// The writes just before the outage are those a crash loses
+		// first: check them once Consul answers, even if writes after
+		// it made newer witnesses.
+		w.frozen = w.cfg.Store.Witnesses()
+	}
+	w.failed = ctx.Err() == nil
 }
 
 // Step is one check, begun at the clock's now. With evidence (a worker's
@@ -160,13 +187,7 @@ func (w *Watch) Step(ctx context.Context, evidence string) {
 		if ctx.Err() == nil {
 			w.cfg.Log.Debug("Cannot read the cluster's Consul nodes", "error", err)
 		}
-		if !w.failed {
-			// The writes just before the outage are those a crash loses
-			// first: check them once Consul answers, even if writes after
-			// it made newer witnesses.
-			w.frozen = st.Witnesses()
-		}
-		w.failed = ctx.Err() == nil
+		w.unanswered(ctx)
 		return // unreachable: the health probe reports it
 	}
 	if w.cfg.Foreign != nil {
