@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/fleetsync/fleetsync/consul/consultest"
 )
 
 // TestApplyAgainstConsul drives one instance set through create, update,
@@ -105,13 +107,13 @@ func TestApplyAgainstConsul(t *testing.T) {
 // TestOwnershipIsEnforcedBeforeSending: unstamped writes and deletes of
 // entries that are not ours are refused without a request.
 func TestOwnershipIsEnforcedBeforeSending(t *testing.T) {
-	a := needConsul(t)
+	twin := consultest.New(t)
 	ctx := t.Context()
 	owner := testOwner{id: "refuse"}
-	c := NewClient(a.Client, owner, Options{})
+	c := NewClient(twin.Client(), owner, Options{})
 
 	// Someone else's entry, registered by hand on another node.
-	_, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: "other", Address: "127.0.0.2",
+	_, err := twin.Client().Catalog().Register(&api.CatalogRegistration{Node: "other", Address: "127.0.0.2",
 		Service: &api.AgentService{ID: "foreign-1", Service: "web", Port: 80, Tags: []string{owner.id}}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ func TestOwnershipIsEnforcedBeforeSending(t *testing.T) {
 	unstamped := owner.instance(1, "web")
 	unstamped.Meta = nil
 
-	before, _ := a.RaftApplies()
+	before := twin.Txns()
 	for name, ch := range map[string]Change{
 		"delete foreign":      {Deregister: []Registered{foreign}},
 		"update foreign":      {Update: []Update{{Want: owner.instance(1, "web"), Have: foreign}}},
@@ -132,12 +134,11 @@ func TestOwnershipIsEnforcedBeforeSending(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrRefused", name, err)
 		}
 	}
-	if after, _ := a.RaftApplies(); after != before {
-		t.Errorf("refused changes caused %v Raft applies", after-before)
+	if after := twin.Txns(); after != before {
+		t.Errorf("refused changes sent %d transactions", after-before)
 	}
-	svcs, _, err := a.Client.Catalog().Service("web", "", nil)
-	if err != nil || len(svcs) != 1 || svcs[0].ServiceID != "foreign-1" {
-		t.Errorf("catalog after refusals: %+v, %v", svcs, err)
+	if svcs := twin.Services("other"); len(svcs) != 1 || svcs[0].ID != "foreign-1" || twin.Services(owner.Node().Name) != nil {
+		t.Errorf("catalog after refusals: %+v on other, %+v on ours", svcs, twin.Services(owner.Node().Name))
 	}
 }
 

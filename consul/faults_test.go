@@ -59,14 +59,14 @@ func TestLookAlikeNodeIsNeverWritten(t *testing.T) {
 // own node taken over) fails the transaction instead of being replaced;
 // once the registry is read again, the look-alike is refused.
 func TestNodeOpIsConditional(t *testing.T) {
-	a := needConsul(t)
+	twin := consultest.New(t)
 	ctx := t.Context()
 	owner := testOwner{id: "nodecas"}
-	c := NewClient(a.Client, owner, Options{})
+	c := NewClient(twin.Client(), owner, Options{})
 	if _, err := c.ReadNodes(ctx); err != nil { // our node: absent
 		t.Fatal(err)
 	}
-	if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: owner.Node().Name, Address: "10.9.9.8",
+	if _, err := twin.Client().Catalog().Register(&api.CatalogRegistration{Node: owner.Node().Name, Address: "10.9.9.8",
 		NodeMeta: map[string]string{"team": "search"}}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestNodeOpIsConditional(t *testing.T) {
 	if _, err := c.Apply(ctx, Change{Register: []Instance{owner.instance(1, "web")}}); !errors.Is(err, ErrForeignNode) {
 		t.Fatalf("second Apply: err = %v, want ErrForeignNode", err)
 	}
-	n, _, err := a.Client.Catalog().Node(owner.Node().Name, nil)
+	n, _, err := twin.Client().Catalog().Node(owner.Node().Name, nil)
 	if err != nil || n.Node.Address != "10.9.9.8" || len(n.Services) != 0 {
 		t.Fatalf("the other node was written: %+v, %v", n, err)
 	}
@@ -138,7 +138,7 @@ func TestCheckOnlyUpdateIsGuardedByTheServiceIndex(t *testing.T) {
 // transactions) registers first, so after every transaction Consul holds at
 // least the 300 desired (new or old) instances.
 func TestLargeChangeNeverDipsBelowDesired(t *testing.T) {
-	a := needConsul(t)
+	twin := consultest.New(t)
 	ctx := t.Context()
 	owner := testOwner{id: "nodip"}
 	var old, next []Instance
@@ -148,15 +148,15 @@ func TestLargeChangeNeverDipsBelowDesired(t *testing.T) {
 		in.ID, in.Port = in.ID+"-8080", 8080
 		next = append(next, in)
 	}
-	setup := NewClient(a.Client, owner, Options{})
+	setup := NewClient(twin.Client(), owner, Options{})
 	applied, err := setup.Apply(ctx, Change{Register: old})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var counts []int
-	c := NewClient(a.Client, owner, Options{Observe: func(_ int, _ float64, err error) {
+	c := NewClient(twin.Client(), owner, Options{Observe: func(_ int, _ float64, err error) {
 		if err == nil {
-			n, _ := NodeServiceCountForTest(a.Client, owner.Node().Name)
+			n, _ := NodeServiceCountForTest(twin.Client(), owner.Node().Name)
 			counts = append(counts, n)
 		}
 	}})
@@ -227,9 +227,9 @@ func TestHungRequestCostsTheDeadlineAndFreesItsSlot(t *testing.T) {
 // TestTxnErrorNamesTheFailedInstances: a transaction Consul refuses (one
 // instance's meta value is too long) says which instance.
 func TestTxnErrorNamesTheFailedInstances(t *testing.T) {
-	a := needConsul(t)
+	twin := consultest.New(t)
 	owner := testOwner{id: "txnerr"}
-	c := NewClient(a.Client, owner, Options{})
+	c := NewClient(twin.Client(), owner, Options{})
 	good, bad := owner.instance(1, "web"), owner.instance(2, "web")
 	bad.Meta["k8s-zone"] = strings.Repeat("z", 600)
 	_, err := c.Apply(t.Context(), Change{Register: []Instance{good, bad}})
