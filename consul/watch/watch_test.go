@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,19 +102,7 @@ func TestLoop(t *testing.T) {
 	<-done
 	wantAsked := []uint64{0, 10, 10, 10, 11, 0, 4}
 	wantDelivered := []uint64{10, 11, 4, 4}
-	if !equal(asked, wantAsked) || !equal(delivered, wantDelivered) || errs != 1 {
+	if !slices.Equal(asked, wantAsked) || !slices.Equal(delivered, wantDelivered) || errs != 1 {
 		t.Fatalf("asked %v (want %v), delivered %v (want %v), errors %d", asked, wantAsked, delivered, wantDelivered, errs)
 	}
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
