@@ -12,10 +12,13 @@ import (
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
-// commitGroups sends one transaction: the guard op, the node ops, then the
-// groups' ops. A failed guard is re-checked once (the claim may only have
-// changed hands between this cluster's own replicas) before it is returned.
-func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string) (*wire.TxnResponse, error) {
+// commitGroups sends one transaction: the guard op, the fence op (when
+// fence is set), the node ops, then the groups' ops. A failed guard is
+// re-checked once (the claim may only have changed hands between this
+// cluster's own replicas) before it is returned. A failed fence is
+// re-checked too: when another replica took the shard, the refusal is
+// returned as a *TxnError matching ErrFenced and nothing is sent again.
+func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []string, fence Guard) (*wire.TxnResponse, error) {
 	guard := c.currentGuard()
 	if guard != nil && c.unsure.Load() {
 		// The last request got no answer: Consul may be back without
@@ -34,6 +37,14 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 				return nil, err
 			}
 			ops, guarded = append(ops, op), 1
+		}
+		fenced := 0
+		if fence != nil {
+			op, err := fence.Op()
+			if err != nil {
+				return nil, err
+			}
+			ops, fenced = append(ops, op), 1
 		}
 		nodeOps, created, err := c.nodeOps(ctx, nodes)
 		if err != nil {
@@ -65,7 +76,7 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 			c.unsure.Store(true)
 			return nil, err
 		}
-		te.locate(ops, guarded, len(nodeOps), groups)
+		te.locate(ops, guarded, fenced, len(nodeOps), groups)
 		if len(te.Nodes) > 0 {
 			c.nodes.forget() // re-read before the next node op
 		}
@@ -73,9 +84,18 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 			if gerr := guard.Failed(ctx); gerr != nil {
 				return nil, gerr
 			}
-			if attempt == 0 {
-				continue
+		}
+		if te.Fence {
+			if ferr := fence.Failed(ctx); ferr != nil {
+				if !errors.Is(ferr, ErrFenced) {
+					return nil, ferr // not known: the next try sends the same fence
+				}
+				te.Fenced = ferr.Error()
+				return nil, te // never sent again: the shard is another replica's
 			}
+		}
+		if (te.Guard || te.Fence) && attempt == 0 {
+			continue
 		}
 		return nil, te
 	}

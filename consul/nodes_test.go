@@ -69,7 +69,7 @@ func TestFailedGuardKeepsTheFailedNodeOp(t *testing.T) {
 		{Node: &api.NodeTxnOp{Verb: api.NodeCAS, Node: api.Node{Node: "k8s-a"}}},
 	}
 	te := &TxnError{Errors: []api.TxnError{{OpIndex: 0, What: "key doesn't exist"}, {OpIndex: 1, What: "index is stale"}}}
-	te.locate(ops, 1, 1, nil)
+	te.locate(ops, 1, 0, 1, nil)
 	if !te.Guard || len(te.Nodes) != 1 || te.Nodes[0] != "k8s-a" || !te.Conflict {
 		t.Fatalf("located %+v: want the guard, node k8s-a and a conflict", te)
 	}

@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -17,7 +18,17 @@ type TxnError struct {
 	IDs      []string // instances whose ops failed
 	Nodes    []string // nodes whose op failed
 	Guard    bool     // the guard op failed
+	Fence    bool     // the shard's fence op failed
+	// Fenced, when not "", says why the fence is another replica's now:
+	// the error matches ErrFenced, not ErrConflict, and must not be
+	// retried (see Change.Fence).
+	Fenced string
 }
+
+// ErrFenced is matched by the error Apply returns when a transaction was
+// refused on its shard's fence and the fence names a newer holder: another
+// replica took the shard. The write is stale; retrying it is wrong.
+var ErrFenced = errors.New("consul: shard fenced: another replica took it over")
 
 func (e *TxnError) Error() string {
 	msgs := make([]string, 0, len(e.Errors))
@@ -27,6 +38,9 @@ func (e *TxnError) Error() string {
 	var where []string
 	if e.Guard {
 		where = append(where, "the cluster-id claim check")
+	}
+	if e.Fence {
+		where = append(where, "the shard's fence check")
 	}
 	if len(e.Nodes) > 0 {
 		where = append(where, "node "+strings.Join(e.Nodes, ", "))
@@ -39,7 +53,10 @@ func (e *TxnError) Error() string {
 		where = append(where, "instance "+strings.Join(ids, ", "))
 	}
 	prefix := "transaction rolled back"
-	if e.Conflict {
+	switch {
+	case e.Fenced != "":
+		prefix = e.Fenced
+	case e.Conflict:
 		prefix = ErrConflict.Error()
 	}
 	if len(where) > 0 {
@@ -51,18 +68,26 @@ func (e *TxnError) Error() string {
 	return prefix + ": " + strings.Join(msgs, "; ")
 }
 
-func (e *TxnError) Is(target error) bool { return e.Conflict && target == ErrConflict }
+// Is matches ErrFenced for a refusal on a fence that names another
+// replica, else ErrConflict for a failed CAS.
+func (e *TxnError) Is(target error) bool {
+	if e.Fenced != "" {
+		return target == ErrFenced
+	}
+	return e.Conflict && target == ErrConflict
+}
 
-// locate maps the failed op indexes to the guard, the nodes and the
-// instances of the transaction (guarded guard ops, then nodes node ops,
-// then the groups' ops in order).
-func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
+// locate maps the failed op indexes to the guard, the fence, the nodes and
+// the instances of the transaction (guarded guard ops, fenced fence ops,
+// then nodes node ops, then the groups' ops in order).
+func (e *TxnError) locate(ops api.TxnOps, guarded, fenced, nodes int, groups []group) {
 	owner := make([]string, 0, len(ops))
-	for range guarded {
+	for range guarded + fenced {
 		owner = append(owner, "")
 	}
+	first := guarded + fenced
 	for i := range nodes {
-		owner = append(owner, ops[guarded+i].Node.Node.Node)
+		owner = append(owner, ops[first+i].Node.Node.Node)
 	}
 	for _, g := range groups {
 		id := g.want.ID
@@ -80,7 +105,9 @@ func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
 		case i < 0 || i >= len(owner):
 		case i < guarded:
 			e.Guard = true
-		case i < guarded+nodes:
+		case i < first:
+			e.Fence = true
+		case i < first+nodes:
 			if !seenNode[owner[i]] {
 				seenNode[owner[i]] = true
 				e.Nodes = append(e.Nodes, owner[i])
@@ -94,11 +121,11 @@ func (e *TxnError) locate(ops api.TxnOps, guarded, nodes int, groups []group) {
 	}
 	// A failed guard or node op makes the others fail too (their node is
 	// missing, say): those are not separate findings.
-	if e.Guard || len(e.Nodes) > 0 {
+	if e.Guard || e.Fence || len(e.Nodes) > 0 {
 		e.IDs = nil
 	}
-	if e.Guard {
-		e.Conflict = true // the claim key changed since it was read
+	if e.Guard || e.Fence {
+		e.Conflict = true // the claim or fence key changed since it was read
 	}
 }
 

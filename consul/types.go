@@ -89,6 +89,12 @@ type Change struct {
 	// NodeFor names the node each registered instance goes on (nil: the
 	// owner's NodeNameFor); a node that is not the owner's is refused.
 	NodeFor func(instanceID string) string
+	// Fence, when set, makes each of the change's transactions also
+	// conditional on the fencing token of the shard the change belongs to
+	// (consul/fence), in an op right after the claim's. When it fails and
+	// the fence's Failed confirms another replica took the shard, Apply
+	// returns a *TxnError that matches ErrFenced and sends nothing more.
+	Fence Guard
 }
 
 // Empty reports whether the change writes nothing.

@@ -56,8 +56,9 @@ const (
 // even when a later transaction fails; the error matches ErrConflict when a
 // CAS failed (a *TxnError says which instances or nodes), ErrRefused when
 // ownership refused an input or a node named like ours is foreign (then
-// nothing at all is sent), the guard's error when it says this process
-// may not write (claim.ErrLost).
+// nothing at all is sent), ErrFenced when the change's shard was taken by
+// another replica (see Change.Fence), the guard's error when it says this
+// process may not write (claim.ErrLost).
 func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	permit := ch.Permit
 	defer func() { permit.Release() }()
@@ -76,7 +77,7 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 				return done, err
 			}
 		}
-		n, nodes := c.pack(groups)
+		n, nodes := c.pack(groups, reserved(ch))
 		// From now on the entries are not where their witnesses say (a
 		// check reading one as this commits would take our own write
 		// for a loss); without an answer they witness nothing at all.
@@ -85,7 +86,7 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 			ids[i] = g.id()
 		}
 		retired := c.nodes.retire(ids)
-		resp, err := c.commitGroups(ctx, groups[:n], nodes)
+		resp, err := c.commitGroups(ctx, groups[:n], nodes, ch.Fence)
 		if err != nil {
 			if te := (*TxnError)(nil); errors.As(err, &te) {
 				c.nodes.reinstate(retired) // refused: nothing committed
@@ -113,11 +114,20 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	return done, nil
 }
 
+// reserved is how many ops of each transaction of ch go to guards: one for
+// the claim, one more for the shard's fence.
+func reserved(ch Change) int {
+	if ch.Fence != nil {
+		return 2
+	}
+	return 1
+}
+
 // pack returns how many of groups fit in one transaction and the nodes it
 // touches (one node op each, before the service ops: Consul needs the node
-// to exist). One guard op is kept free.
-func (c *Client) pack(groups []group) (int, []string) {
-	n, bytes, ops := 0, 0, 1 // one op kept for the guard
+// to exist). guards ops are kept free (reserved).
+func (c *Client) pack(groups []group, guards int) (int, []string) {
+	n, bytes, ops := 0, 0, guards
 	var nodes []string
 	inTxn := map[string]bool{}
 	for n < len(groups) {

@@ -1,0 +1,223 @@
+package fence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/consul/consultest"
+	"github.com/fleetsync/fleetsync/ownership"
+)
+
+type replica struct {
+	fences *Fences
+	store  *consul.Client
+	reg    *prometheus.Registry
+}
+
+func newReplica(t *testing.T, twin *consultest.Server, owner ownership.Cluster, id string) replica {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	return replica{
+		fences: New(twin.Client(), Options{ClusterID: owner.ID(), Holder: id, Registerer: reg}),
+		store:  consul.NewClient(twin.Client(), owner, consul.Options{}),
+		reg:    reg,
+	}
+}
+
+func instances(owner ownership.Cluster, from, n int) []consul.Instance {
+	var out []consul.Instance
+	for i := from; i < from+n; i++ {
+		addr := fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
+		out = append(out, owner.Stamp(consul.Instance{ID: owner.InstanceID("ns", "web", addr, 80), Name: "web", Address: addr, Port: 80,
+			Check: consul.Check{Status: consul.StatusPassing}}))
+	}
+	return out
+}
+
+func ids(rs []consul.Registered) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range rs {
+		out[r.ID] = true
+	}
+	return out
+}
+
+// TestStaleFenceRefusesTheWholeTransaction: replica A takes shard 3's
+// fence and writes; B takes the shard (the next generation). A's next
+// transaction (a delete of an instance B did not touch, and a
+// registration) is refused whole: nothing of it lands, the error matches
+// ErrFenced and not ErrConflict, it is counted once, and a second Apply of
+// A's is refused before anything is sent. B writes on.
+func TestStaleFenceRefusesTheWholeTransaction(t *testing.T) {
+	twin := consultest.New(t)
+	ctx := t.Context()
+	owner, err := ownership.New("fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newReplica(t, twin, owner, "a"), newReplica(t, twin, owner, "b")
+	ta, err := a.fences.Take(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := instances(owner, 0, 4)
+	if _, err := a.store.Apply(ctx, consul.Change{Register: ins[:2], Fence: ta}); err != nil {
+		t.Fatalf("A's write under its own fence: %v", err)
+	}
+	read, err := a.store.ReadNode(ctx)
+	if err != nil || len(read) != 2 {
+		t.Fatalf("read %d entries (%v), want 2", len(read), err)
+	}
+
+	tb, err := b.fences.Take(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Generation() != ta.Generation()+1 {
+		t.Fatalf("B took generation %d after A's %d", tb.Generation(), ta.Generation())
+	}
+	if _, err := b.store.Apply(ctx, consul.Change{Register: ins[2:3], Fence: tb}); err != nil {
+		t.Fatalf("B's write under the new fence: %v", err)
+	}
+
+	before := twin.Txns()
+	var gone consul.Registered
+	for _, r := range read {
+		if r.ID == ins[0].ID {
+			gone = r
+		}
+	}
+	_, err = a.store.Apply(ctx, consul.Change{Register: ins[3:], Deregister: []consul.Registered{gone}, Fence: ta})
+	var te *consul.TxnError
+	if !errors.Is(err, consul.ErrFenced) || errors.Is(err, consul.ErrConflict) || !errors.As(err, &te) || !te.Fence {
+		t.Fatalf("A's stale write: err = %v, want a *TxnError on the fence matching ErrFenced and not ErrConflict", err)
+	}
+	if n := testutil.ToFloat64(a.fences.fenced); n != 1 {
+		t.Fatalf("fleetsync_shard_fenced_total = %v, want 1", n)
+	}
+	_, err = a.store.Apply(ctx, consul.Change{Register: ins[3:], Fence: ta})
+	if !errors.Is(err, consul.ErrFenced) {
+		t.Fatalf("A's second write: err = %v, want ErrFenced", err)
+	}
+	if sent := twin.Txns() - before; sent != 1 {
+		t.Fatalf("%d transactions reached Consul after B took the shard, want 1 (A's first, refused; the second never sent)", sent)
+	}
+	if n := testutil.ToFloat64(a.fences.fenced); n != 1 {
+		t.Fatalf("fleetsync_shard_fenced_total = %v after the second refusal, want 1", n)
+	}
+	now, err := b.store.ReadNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := ids(now)
+	if len(now) != 3 || !have[ins[0].ID] || !have[ins[1].ID] || !have[ins[2].ID] {
+		t.Fatalf("catalog holds %v, want A's first two (the stale delete refused) and B's one, not A's stale registration", have)
+	}
+	if _, err := b.store.Apply(ctx, consul.Change{Register: ins[3:], Fence: tb}); err != nil {
+		t.Fatalf("B's write after A was fenced: %v", err)
+	}
+}
+
+// TestFenceKeptAcrossLossAndRewrite: a token whose key Consul lost is
+// written again at its generation and the write retried; one whose key
+// was rewritten at the same generation and holder adopts the new index.
+// Neither is fenced.
+func TestFenceKeptAcrossLossAndRewrite(t *testing.T) {
+	twin := consultest.New(t)
+	ctx := t.Context()
+	owner, err := ownership.New("lossy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newReplica(t, twin, owner, "a")
+	tok, err := a.fences.Take(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := instances(owner, 0, 3)
+	kv := twin.Client().KV()
+	key := Key("", owner.ID(), 0)
+	if _, err := kv.Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.store.Apply(ctx, consul.Change{Register: ins[:1], Fence: tok}); err != nil {
+		t.Fatalf("write after the fence key was lost: %v", err)
+	}
+	p, _, err := kv.Get(key, nil)
+	if err != nil || p == nil {
+		t.Fatalf("fence key after the loss: %v %v", p, err)
+	}
+	var v Value
+	if err := json.Unmarshal(p.Value, &v); err != nil || v.Holder != "a" || v.Generation != tok.Generation() {
+		t.Fatalf("fence key written again as %s (%v), want holder a at generation %d", p.Value, err, tok.Generation())
+	}
+	v.TakenAt = v.TakenAt.Add(1) // same holder and generation, new index
+	b, _ := json.Marshal(v)
+	if _, err := kv.Put(&api.KVPair{Key: key, Value: b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.store.Apply(ctx, consul.Change{Register: ins[1:2], Fence: tok}); err != nil {
+		t.Fatalf("write after the fence key was rewritten at its generation: %v", err)
+	}
+	if n := testutil.ToFloat64(a.fences.fenced); n != 0 {
+		t.Fatalf("fleetsync_shard_fenced_total = %v, want 0", n)
+	}
+}
+
+// TestFenceOpChangesPacking: the fence is one more op per transaction, so
+// 126 registrations (2 ops each, one node op, one op kept for the claim)
+// take 2 transactions unfenced (63 each) and 3 fenced (62, 62, 2).
+func TestFenceOpChangesPacking(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			twin := consultest.New(t)
+			owner, err := ownership.New("packed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newReplica(t, twin, owner, "a")
+			ch := consul.Change{Register: instances(owner, 0, 126)}
+			want := 2
+			if fenced {
+				if ch.Fence, err = a.fences.Take(t.Context(), 1); err != nil {
+					t.Fatal(err)
+				}
+				want = 3
+			}
+			applied, err := a.store.Apply(t.Context(), ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied.Txns != want || applied.Registered != 126 {
+				t.Fatalf("%d transactions, %d registered; want %d, 126", applied.Txns, applied.Registered, want)
+			}
+		})
+	}
+}
+
+// TestTakeBumpsTheGeneration: every Take writes the next generation
+// naming its holder, under the cluster's claim prefix.
+func TestTakeBumpsTheGeneration(t *testing.T) {
+	twin := consultest.New(t)
+	f := New(twin.Client(), Options{Prefix: "custom/", ClusterID: "c1", Holder: "r1"})
+	for want := uint64(1); want <= 3; want++ {
+		tok, err := f.Take(t.Context(), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.Generation() != want || tok.Shard() != 5 {
+			t.Fatalf("Take %d: generation %d shard %d", want, tok.Generation(), tok.Shard())
+		}
+	}
+	p, _, err := twin.Client().KV().Get("custom/c1/shards/5", nil)
+	if err != nil || p == nil {
+		t.Fatalf("fence key: %v %v", p, err)
+	}
+}
