@@ -15,7 +15,7 @@ import (
 
 // allScenarios in the order they run (the order matters: later scenarios
 // reuse the Services and the daemon earlier ones left).
-var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "replicas", "inprocess"}
+var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "replicas", "to-k8s", "inprocess"}
 
 // options are the command-line flags.
 type options struct {
@@ -39,6 +39,10 @@ type options struct {
 	replicaServices  int
 	replicas         int
 	replicaShards    int
+	tok8sServices    int
+	tok8sInstances   int
+	tok8sLarge       int
+	tok8sIdle        time.Duration
 	keepLogs         bool
 	daemonEnv        []string // --daemon-env
 	daemonArgs       []string // --daemon-arg
@@ -75,6 +79,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.replicaServices, "replicas-services", 0, "Services of the replicas scenario (default 3000; 200 with --quick; 30000 is the 300,000-instance point: about 15 min on 2 cores)")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas of the replicas scenario")
 	fs.IntVar(&o.replicaShards, "replica-shards", 6, "--shards of the replicas scenario")
+	fs.IntVar(&o.tok8sServices, "to-k8s-services", 0, "Consul services of the to-k8s scenario (default 1000; 100 with --quick)")
+	fs.IntVar(&o.tok8sInstances, "to-k8s-instances", 0, "instances per Consul service in the to-k8s scenario (default 10; 5 with --quick)")
+	fs.IntVar(&o.tok8sLarge, "to-k8s-large", 0, "instances of the to-k8s scenario's one large service (default 10000; 1000 with --quick)")
+	fs.DurationVar(&o.tok8sIdle, "to-k8s-idle", 0, "idle interval of the to-k8s scenario (default 10m; 10s with --quick)")
 	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
 	fs.IntVar(&o.consulServers, "consul-servers", 1, "Consul server agents with data dirs, as in production (0: one `consul agent -dev`, in memory; a dev agent also indents every JSON answer, 2.2x the bytes of a server's)")
 	fs.BoolVar(&o.pprof, "pprof", false, "run the daemons with --enable-pprof; save a heap profile at each memory point (<out>/heap-<services>.pb.gz) and CPU profiles of each cold start, the restart and an idle stretch (<out>/cpu-*.pb.gz); Consul runs with enable_debug and its CPU profiles of each cold start and the restart go to <out>/consul-cpu-*.pb.gz")
@@ -129,6 +137,9 @@ func parseFlags(args []string) (options, error) {
 	def(&o.inprocEndpoints, 1, 1)
 	def(&o.rolloutEndpoints, 900, 200)
 	def(&o.replicaServices, 3000, 200)
+	def(&o.tok8sServices, 1000, 100)
+	def(&o.tok8sInstances, 10, 5)
+	def(&o.tok8sLarge, 10000, 1000)
 	if o.quick {
 		o.steady = false
 	}
@@ -138,6 +149,10 @@ func parseFlags(args []string) (options, error) {
 	def(&o.churnServices, min(1000, o.services), min(100, o.services))
 	defDur(&o.idle, 60*time.Second, 10*time.Second)
 	defDur(&o.churnFor, 60*time.Second, 10*time.Second)
+	defDur(&o.tok8sIdle, 10*time.Minute, 10*time.Second)
+	if o.tok8sInstances > 100 || o.tok8sServices > 25000 || o.tok8sLarge > 250000 {
+		return o, fmt.Errorf("--to-k8s-instances=%d --to-k8s-services=%d --to-k8s-large=%d: at most 100, 25000 and 250000 (unique addresses)", o.tok8sInstances, o.tok8sServices, o.tok8sLarge)
+	}
 	if o.churnServices > o.services {
 		return o, fmt.Errorf("--churn-services=%d: at most --services (%d)", o.churnServices, o.services)
 	}
@@ -241,6 +256,7 @@ func run(ctx context.Context, o options) (err error) {
 		{"memory", b.memoryLarge},
 		{"limit", b.limit},
 		{"replicas", b.replicas},
+		{"to-k8s", b.toK8s},
 		{"inprocess", b.inprocess},
 	}
 	for _, s := range steps {

@@ -126,3 +126,19 @@ consul_api_http_count{method="GET",path="v1_health_service_"} 3
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
+
+func TestParseKubeWrites(t *testing.T) {
+	raw := []byte(`# HELP apiserver_request_total x
+apiserver_request_total{code="201",component="apiserver",group="discovery.k8s.io",resource="endpointslices",scope="resource",subresource="",verb="POST",version="v1"} 12
+apiserver_request_total{code="200",component="apiserver",group="",resource="services",scope="resource",subresource="",verb="PUT",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",group="",resource="services",scope="resource",subresource="",verb="APPLY",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",group="",resource="events",scope="resource",subresource="",verb="PATCH",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",group="discovery.k8s.io",resource="endpointslices",scope="namespace",subresource="",verb="LIST",version="v1"} 100
+apiserver_request_total{code="200",component="apiserver",group="",resource="services",scope="resource",subresource="",verb="WATCH",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 50
+apiserver_request_total{code="200",component="apiserver",group="",resource="services",scope="resource",subresource="",verb="DELETE",version="v1"} 4
+`)
+	if got := parseKubeWrites(raw); got != 22 {
+		t.Fatalf("parseKubeWrites = %v, want 22 (12 POST + 3 PUT + 2 APPLY + 1 PATCH + 4 DELETE of services, endpointslices and events)", got)
+	}
+}

@@ -23,6 +23,7 @@ var scenarioText = map[string]string{
 	"churn":      "Many Services changing once a second under a global write budget.",
 	"limit":      "Consul's own write limit for the same instances and nodes (raw transactions of fleetsync's shape, 8 in flight), and the cold start as a ratio of it (1.0: as fast as Consul takes the writes).",
 	"replicas":   "Several replicas of one cluster with --shards: cold start, memory and CPU per replica, idle, one replica killed and its shards taken over.",
+	"to-k8s":     "Consul -> Kubernetes (--to-k8s, default flags): the first mirror against a raw client with the same write budget, idle writes on both sides, a check change to the slice an informer sees, a burst of flips of one service, and one service of many instances.",
 	"inprocess":  "The supervisor, workers and Consul client fed by an in-memory event source instead of the API server, against the real Consul.",
 }
 

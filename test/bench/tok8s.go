@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+)
+
+const (
+	tok8sNS     = "tok8s"     // where --to-k8s mirrors
+	tok8sRawNS  = "tok8s-raw" // the limit: the same objects, written by a raw client
+	tok8sPrefix = "vm-"       // Consul names of the mirrored services
+	tok8sNodes  = 50          // VM nodes the instances spread over
+	tok8sBig    = "vm-big"    // the one large service
+	// The daemon's defaults (--to-k8s-qps, --to-k8s-burst, --to-k8s-window):
+	// the limit client gets the same budget.
+	tok8sQPS    = 20
+	tok8sBurst  = 40
+	tok8sWindow = time.Second
+)
+
+func tok8sName(i int) string { return fmt.Sprintf("%s%05d", tok8sPrefix, i) }
+
+// tok8sAddr is instance j of service i: unique, IPv4.
+func tok8sAddr(i, j int) string {
+	return fmt.Sprintf("10.%d.%d.%d", 100+i/250, i%250, j+1)
+}
+
+// tok8sBigAddr is instance j of the large service.
+func tok8sBigAddr(j int) string { return fmt.Sprintf("10.%d.%d.%d", 200+j/62500, j/250%250, j%250+1) }
+
+// toK8s measures the Consul -> Kubernetes direction with default flags
+// (--to-k8s, mirror mode): the first mirror against a raw client with the
+// same write budget, idle writes on both sides, isolated changes to the
+// slice a kube-proxy sees, a burst of flips of one service, and one
+// service of many instances.
+func (b *bench) toK8s() error {
+	n, m := b.opts.tok8sServices, b.opts.tok8sInstances
+	fmt.Printf("\n== to-k8s: %d Consul services x %d instances mirrored into Kubernetes (--to-k8s, default flags)\n", n, m)
+	b.stopDaemon()
+	for _, ns := range []string{tok8sNS, tok8sRawNS} {
+		if err := fixture.Namespace(b.ctx, b.kc, ns); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	if err := b.registerVMs(n, m); err != nil {
+		return err
+	}
+	b.logf("registered %d services x %d instances on %d nodes in Consul in %s", n, m, tok8sNodes, since(start))
+
+	raw, err := b.tok8sLimit(n, m)
+	if err != nil {
+		return err
+	}
+	w, err := startSliceWatch(b.ctx, b.kc, tok8sNS)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	d, err := b.startDaemon("fleetsync-tok8s", []string{tok8sNS}, "--to-k8s", "--k8s-write-namespace="+tok8sNS)
+	if err != nil {
+		return err
+	}
+	t0 := b.started
+	if err := b.untilMirrored(w, n, m, 10*time.Minute); err != nil {
+		return err
+	}
+	first := time.Since(t0)
+	objects := 2 * n
+	b.res.add("to-k8s", "first mirror: Services + EndpointSlices", float64(objects), "objects", fmt.Sprintf("%d x %d", n, m))
+	b.res.add("to-k8s", "first mirror: daemon start -> every slice complete", secs(first), "s", fmt.Sprintf("%.0f objects/s", float64(objects)/first.Seconds()))
+	b.res.add("to-k8s", "first mirror: raw client, same objects, same QPS/burst", secs(raw), "s",
+		fmt.Sprintf("client-go, QPS %d burst %d, 8 in flight", tok8sQPS, tok8sBurst))
+	b.res.add("to-k8s", "first mirror: raw client / fleetsync", round2(raw.Seconds()/first.Seconds()), "ratio", "target >= 0.8")
+
+	if err := b.tok8sIdle(d); err != nil {
+		return err
+	}
+	if err := b.tok8sLatency(w, n); err != nil {
+		return err
+	}
+	if err := b.tok8sFlips(w); err != nil {
+		return err
+	}
+	return b.tok8sLarge(w)
+}
+
+// registerVMs puts n services x m instances, each with a passing check, on
+// tok8sNodes nodes that are not fleetsync's, 4 transactions in flight.
+func (b *bench) registerVMs(n, m int) error {
+	var ops consulapi.TxnOps
+	for k := range tok8sNodes {
+		ops = append(ops, &consulapi.TxnOp{Node: &consulapi.NodeTxnOp{Verb: consulapi.NodeSet,
+			Node: consulapi.Node{Node: fmt.Sprintf("vm-node-%02d", k), Address: fmt.Sprintf("10.99.0.%d", k+1)}}})
+	}
+	for i := range n {
+		for j := range m {
+			ops = append(ops, vmOps(tok8sName(i), fmt.Sprintf("%s-%d", tok8sName(i), j), tok8sAddr(i, j), (i*m+j)%tok8sNodes, consulapi.HealthPassing)...)
+		}
+	}
+	return b.sendOps(ops)
+}
+
+// vmOps registers (or re-registers) one instance and its check.
+func vmOps(name, id, addr string, node int, status string) consulapi.TxnOps {
+	nodeName := fmt.Sprintf("vm-node-%02d", node)
+	return consulapi.TxnOps{
+		{Service: &consulapi.ServiceTxnOp{Verb: consulapi.ServiceSet, Node: nodeName,
+			Service: consulapi.AgentService{ID: id, Service: name, Address: addr, Port: 8080}}},
+		{Check: &consulapi.CheckTxnOp{Verb: consulapi.CheckSet, Check: consulapi.HealthCheck{
+			Node: nodeName, CheckID: "check-" + id, Name: "check", Status: status, ServiceID: id, ServiceName: name}}},
+	}
+}
+
+// sendOps sends ops in transactions of 64, 4 at a time.
+func (b *bench) sendOps(ops consulapi.TxnOps) error {
+	const per = 64
+	var chunks []consulapi.TxnOps
+	for i := 0; i < len(ops); i += per {
+		chunks = append(chunks, ops[i:min(i+per, len(ops))])
+	}
+	return parallelN(b.ctx, 4, 0, len(chunks), func(ctx context.Context, i int) error {
+		ok, resp, _, err := b.consul.Client.Txn().Txn(chunks[i], (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("consul txn: %w", err)
+		}
+		if !ok {
+			return fmt.Errorf("consul txn refused: %v", resp.Errors)
+		}
+		return nil
+	})
+}
+
+// untilMirrored waits until every one of n services has its slices with m
+// ready endpoints.
+func (b *bench) untilMirrored(w *sliceWatch, n, m int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	err := w.until(ctx, func(s map[string]*discoveryv1.EndpointSlice) bool {
+		per := map[string]int{}
+		for _, sl := range s {
+			for _, e := range sl.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					per[sl.Labels[discoveryv1.LabelServiceName]]++
+				}
+			}
+		}
+		for i := range n {
+			if per[tok8sName(i)] != m {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("not every service mirrored after %s: %w", timeout, err)
+	}
+	return nil
+}
+
+// tok8sLimit creates the objects fleetsync makes for n x m (a selectorless
+// Service and one EndpointSlice per service) with a raw client-go client
+// of the daemon's write budget, 8 creates in flight, and returns how long
+// that took.
+func (b *bench) tok8sLimit(n, m int) (time.Duration, error) {
+	cfg := rest.CopyConfig(b.kube.Config)
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(tok8sQPS, tok8sBurst)
+	cfg.UserAgent = "fleetsync-bench-limit"
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err = parallelN(b.ctx, 8, 0, n, func(ctx context.Context, i int) error {
+		name := tok8sName(i)
+		if _, err := kc.CoreV1().Services(tok8sRawNS).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "default", Port: 8080}}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		eps := make([]discoveryv1.Endpoint, m)
+		ready := true
+		for j := range eps {
+			eps[j] = discoveryv1.Endpoint{Addresses: []string{tok8sAddr(i, j)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}
+		}
+		port, pname := int32(8080), "default"
+		_, err := kc.DiscoveryV1().EndpointSlices(tok8sRawNS).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-ipv4", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps,
+			Ports: []discoveryv1.EndpointPort{{Name: &pname, Port: &port}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("limit client: %w", err)
+	}
+	took := time.Since(start)
+	b.logf("limit: %d Services + %d EndpointSlices by a raw client (QPS %d, burst %d) in %s", n, n, tok8sQPS, tok8sBurst, took.Round(time.Millisecond))
+	return took, nil
+}
+
+// tok8sIdle measures an idle stretch after the first mirror: API writes
+// (the API server's count), Raft applies and Consul's HTTP requests.
+func (b *bench) tok8sIdle(d *fixture.Daemon) error {
+	// Let the last writes of the mirror land first.
+	if _, err := b.quietApplies(2 * time.Second); err != nil {
+		return err
+	}
+	if err := sleep(b.ctx, 2*tok8sWindow); err != nil {
+		return err
+	}
+	kw0, err := b.kubeWrites()
+	if err != nil {
+		return err
+	}
+	ap0, err := b.applies()
+	if err != nil {
+		return err
+	}
+	rq0, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
+	idle := b.opts.tok8sIdle
+	b.logf("idle for %s", idle)
+	if err := sleep(b.ctx, idle); err != nil { // measuring a quiet interval: nothing to await
+		return err
+	}
+	kw1, err := b.kubeWrites()
+	if err != nil {
+		return err
+	}
+	ap1, err := b.applies()
+	if err != nil {
+		return err
+	}
+	rq1, err := b.consulRequests()
+	if err != nil {
+		return err
+	}
+	if d.Exited() {
+		return fmt.Errorf("fleetsync exited while idle:\n%s", indent(d.LogTail(30)))
+	}
+	reads := rq1.minus(rq0)
+	b.res.add("to-k8s", "idle: Kubernetes API writes", kw1-kw0, "writes", fmt.Sprintf("%s; Services, EndpointSlices, Events (apiserver_request_total); target 0", idle))
+	b.res.add("to-k8s", "idle: Consul Raft applies", ap1-ap0, "applies", fmt.Sprintf("%s; target 0", idle))
+	b.res.add("to-k8s", "idle: Consul HTTP requests", round2(reads.total()/idle.Seconds()), "req/s", reads.String())
+	return nil
+}
+
+// setCheck sets the check of instance j of service i (on its node).
+func (b *bench) setCheck(name string, i, j, m int, status string) error {
+	_, _, _, err := b.consul.Client.Txn().Txn(vmOps(name, fmt.Sprintf("%s-%d", name, j), tok8sAddr(i, j), (i*m+j)%tok8sNodes, status)[1:],
+		(&consulapi.QueryOptions{}).WithContext(b.ctx))
+	return err
+}
+
+// tok8sLatency flips one instance's check per sample (passing <-> critical),
+// a different service each time, and times the Consul write returning ->
+// the informer seeing the slice's ready condition change.
+func (b *bench) tok8sLatency(w *sliceWatch, n int) error {
+	samples, m := b.opts.latencySamples, b.opts.tok8sInstances
+	critical := map[int]bool{}
+	last := map[int]time.Time{}
+	var lat []float64
+	for k := range samples {
+		i := k % n
+		if t, ok := last[i]; ok {
+			if err := sleep(b.ctx, tok8sWindow+500*time.Millisecond-time.Since(t)); err != nil {
+				return err
+			}
+		}
+		critical[i] = !critical[i]
+		status := consulapi.HealthPassing
+		if critical[i] {
+			status = consulapi.HealthCritical
+		}
+		name, addr := tok8sName(i), tok8sAddr(i, 0)
+		if err := b.setCheck(name, i, 0, m, status); err != nil {
+			return err
+		}
+		written := time.Now()
+		last[i] = written
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		err := w.until(ctx, func(s map[string]*discoveryv1.EndpointSlice) bool {
+			_, ready, _ := endpointsOf(s, name)
+			r, ok := ready[addr]
+			return ok && r == !critical[i]
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("check of %s (%s) not in its slice after 30 s: %w", name, status, err)
+		}
+		lat = append(lat, ms(time.Since(written)))
+		if err := sleep(b.ctx, time.Duration(100+rand.IntN(50))*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	s := sortedCopy(lat)
+	note := fmt.Sprintf("%d samples; Consul write returned -> the slice in an informer", len(s))
+	b.res.add("to-k8s", "isolated check change -> EndpointSlice: p50", round2(percentile(s, 50)), "ms", note+"; target <= 20")
+	b.res.add("to-k8s", "isolated check change -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note+"; target <= 200")
+	b.res.add("to-k8s", "isolated check change -> EndpointSlice: max", round2(s[len(s)-1]), "ms", note)
+	return nil
+}
+
+// tok8sFlips flips one instance's check 501 times as fast as Consul takes
+// them (4 writers), ending critical, and counts the writes of the
+// service's slices until the informer shows the end state and a window
+// has passed.
+func (b *bench) tok8sFlips(w *sliceWatch) error {
+	const flips = 501
+	i, m := 0, b.opts.tok8sInstances
+	name, addr := tok8sName(i), tok8sAddr(i, 1)
+	if err := sleep(b.ctx, 2*tok8sWindow); err != nil {
+		return err
+	}
+	_, before := w.counts(name)
+	var k atomic.Int64
+	start := time.Now()
+	err := parallelN(b.ctx, 4, 0, flips-1, func(ctx context.Context, _ int) error {
+		status := consulapi.HealthPassing
+		if k.Add(1)%2 == 1 {
+			status = consulapi.HealthCritical
+		}
+		return b.setCheck(name, i, 1, m, status)
+	})
+	if err == nil {
+		err = b.setCheck(name, i, 1, m, consulapi.HealthCritical)
+	}
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := w.until(ctx, func(s map[string]*discoveryv1.EndpointSlice) bool {
+		_, ready, _ := endpointsOf(s, name)
+		r, ok := ready[addr]
+		return ok && !r
+	}); err != nil {
+		return fmt.Errorf("end state of %d flips not in the slice: %w", flips, err)
+	}
+	if err := sleep(b.ctx, 3*tok8sWindow); err != nil { // any write still pending lands within a window
+		return err
+	}
+	_, after := w.counts(name)
+	b.res.add("to-k8s", "flips of one check -> writes of its slices", float64(after-before), "writes",
+		fmt.Sprintf("%d flips in %s (as fast as Consul took them, 4 writers); target <= 3", flips, took.Round(time.Millisecond)))
+	return nil
+}
+
+// tok8sLarge mirrors one service of many instances, then flips one
+// instance's check and counts the slice writes.
+func (b *bench) tok8sLarge(w *sliceWatch) error {
+	big := b.opts.tok8sLarge
+	var ops consulapi.TxnOps
+	for j := range big {
+		ops = append(ops, vmOps(tok8sBig, fmt.Sprintf("%s-%d", tok8sBig, j), tok8sBigAddr(j), j%tok8sNodes, consulapi.HealthPassing)...)
+	}
+	start := time.Now()
+	if err := b.sendOps(ops); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	defer cancel()
+	var objects int
+	if err := w.until(ctx, func(s map[string]*discoveryv1.EndpointSlice) bool {
+		var n int
+		n, _, objects = endpointsOf(s, tok8sBig)
+		return n == big
+	}); err != nil {
+		return fmt.Errorf("%d instances of %s not mirrored: %w", big, tok8sBig, err)
+	}
+	b.res.add("to-k8s", "one service of many instances: slices", float64(objects), "slices",
+		fmt.Sprintf("%d instances, mirrored %s after the last of them was registered", big, since(start)))
+	if err := sleep(b.ctx, 2*tok8sWindow); err != nil {
+		return err
+	}
+	_, before := w.counts(tok8sBig)
+	j := big / 2
+	if _, _, _, err := b.consul.Client.Txn().Txn(vmOps(tok8sBig, fmt.Sprintf("%s-%d", tok8sBig, j), tok8sBigAddr(j), j%tok8sNodes, consulapi.HealthCritical)[1:],
+		(&consulapi.QueryOptions{}).WithContext(b.ctx)); err != nil {
+		return err
+	}
+	written := time.Now()
+	if err := w.until(ctx, func(s map[string]*discoveryv1.EndpointSlice) bool {
+		_, ready, _ := endpointsOf(s, tok8sBig)
+		r, ok := ready[tok8sBigAddr(j)]
+		return ok && !r
+	}); err != nil {
+		return err
+	}
+	lat := time.Since(written)
+	if err := sleep(b.ctx, 2*tok8sWindow); err != nil {
+		return err
+	}
+	_, after := w.counts(tok8sBig)
+	b.res.add("to-k8s", "one service of many instances: one check flip -> slice writes", float64(after-before), "writes",
+		fmt.Sprintf("seen in the informer after %s; target 1", lat.Round(time.Millisecond)))
+	return nil
+}
