@@ -316,4 +316,3 @@ func (b *bench) tok8sLatency(w *sliceWatch, n int) error {
 	b.res.add("to-k8s", "isolated check change -> EndpointSlice: max", round2(s[len(s)-1]), "ms", note)
 	return nil
 }
-
