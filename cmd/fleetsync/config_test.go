@@ -93,6 +93,13 @@ func TestConfig(t *testing.T) {
 		}},
 		{name: "zero kube api qps", args: []string{"--cluster-id=x", "--kube-api-qps=0"}, wantErr: "--kube-api-qps"},
 		{name: "k8s tag equal to cluster id", args: []string{"--cluster-id=k8s"}, wantErr: "--k8s-tag"},
+		{name: "bad to-k8s filter", args: []string{"--cluster-id=x", "--to-k8s", "--to-k8s-filter=Service.Meta.env =="}, wantErr: "--to-k8s-filter"},
+		{name: "to-k8s filter and required tag", args: []string{"--cluster-id=x", "--to-k8s", `--to-k8s-filter=Service.Meta.env == "prod"`, "--to-k8s-require-tag=mirror"},
+			check: func(t *testing.T, c config) {
+				if c.ToK8s.Filter != `Service.Meta.env == "prod"` || c.ToK8s.RequireTag != "mirror" {
+					t.Errorf("to-k8s: %+v", c.ToK8s)
+				}
+			}},
 	})
 }
 

@@ -34,6 +34,8 @@ type toK8sConfig struct {
 	Allow           stringList
 	Deny            stringList
 	ExcludeTag      string
+	RequireTag      string
+	Filter          string
 	IncludeClusters stringList
 	Warning         string
 	Critical        string
@@ -55,6 +57,8 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Allow, "to-k8s-allow", "Consul service names to mirror (globs; repeatable or comma-separated; default all)")
 	fs.Var(&c.Deny, "to-k8s-deny", "Consul service names never to mirror (globs; deny wins; consul itself is never mirrored)")
 	fs.StringVar(&c.ExcludeTag, "to-k8s-exclude-tag", "k8s", "Consul instances with this tag are not mirrored, per instance ('' for none)")
+	fs.StringVar(&c.RequireTag, "to-k8s-require-tag", "", "mirror only the Consul instances with this tag (a name none of whose instances has it is not mirrored; '' for all)")
+	fs.StringVar(&c.Filter, "to-k8s-filter", "", "a Consul filter expression over the health entries (e.g. Service.Meta.env == \"prod\"): mirror only the instances it selects, evaluated by Consul")
 	fs.Var(&c.IncludeClusters, "to-k8s-include-clusters", "other Kubernetes clusters (their cluster ids) whose instances are mirrored; this cluster's own never are")
 	fs.StringVar(&c.Warning, "to-k8s-warning", wtok8s.WarningReady, "EndpointSlice conditions of an instance whose checks warn: ready, fallback (serving and terminating: used when nothing is ready) or not-ready")
 	fs.StringVar(&c.Critical, "to-k8s-critical", wtok8s.CriticalNotReady, "an instance whose checks are critical: not-ready (kept, not ready) or drop")
@@ -81,6 +85,11 @@ func (c *toK8sConfig) validate() error {
 	}
 	if err := (stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values}).Validate(); err != nil {
 		return fmt.Errorf("--to-k8s-allow/--to-k8s-deny: %w", err)
+	}
+	if c.Filter != "" {
+		if err := watch.ValidateFilter(c.Filter); err != nil {
+			return fmt.Errorf("--to-k8s-filter=%q: %w", c.Filter, err)
+		}
 	}
 	return nil
 }
@@ -124,8 +133,8 @@ func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *co
 	sup := stok8s.New(stok8s.Options{
 		Config: wtok8s.Config{Cluster: cluster, Mark: mark, ExcludeTag: c.ExcludeTag, IncludeClusters: c.IncludeClusters.values,
 			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
-		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values},
-		Catalog: w.Services, Health: w.Health, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
+		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values, RequireTag: c.RequireTag},
+		Query: watch.Query{Tag: c.RequireTag, Filter: c.Filter}, Catalog: w.Services, Health: w.HealthQuery, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
 		Reporter: reporter, Log: log, Imports: imports,
 	})
 	feed.set(sup.ServiceChanged)

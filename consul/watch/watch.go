@@ -3,7 +3,6 @@ package watch
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -108,31 +107,7 @@ func (c *Client) Services(ctx context.Context, index uint64) (map[string][]strin
 // checks, once the service's index differs from index (at once for 0), or
 // Wait passed. Entries are sorted by node and ID.
 func (c *Client) Health(ctx context.Context, name string, index uint64) ([]Entry, uint64, error) {
-	stale := c.opts.MaxStale > 0
-	for {
-		raw, meta, err := c.api.Health().Service(name, "", false, c.query(ctx, index, stale))
-		if err != nil {
-			return nil, 0, fmt.Errorf("consul health of service %q: %w", name, err)
-		}
-		if stale && c.tooStale(meta) {
-			stale = false
-			continue
-		}
-		out := make([]Entry, 0, len(raw))
-		for _, e := range raw {
-			if e == nil || e.Node == nil || e.Service == nil {
-				continue // Consul never sends these; a garbled answer must not crash us
-			}
-			out = append(out, entryOf(e))
-		}
-		sort.Slice(out, func(i, j int) bool {
-			if out[i].Node.Name != out[j].Node.Name {
-				return out[i].Node.Name < out[j].Node.Name
-			}
-			return out[i].ID < out[j].ID
-		})
-		return out, meta.LastIndex, nil
-	}
+	return c.HealthQuery(ctx, name, Query{}, index)
 }
 
 func entryOf(e *api.ServiceEntry) Entry {

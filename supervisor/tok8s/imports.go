@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/fleetsync/fleetsync/consul/watch"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/owned"
 	"github.com/fleetsync/fleetsync/ownership/k8smark"
+	"github.com/fleetsync/fleetsync/worker"
 	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
 )
 
@@ -25,23 +29,44 @@ type Imports interface {
 // cannot be used.
 const ReasonInvalidAnnotation = "InvalidAnnotation"
 
+// The optional annotations of an import-mode Service.
+const (
+	AnnotationDatacenter = "fleetsync.io/consul-datacenter" // the Consul datacenter to read
+	AnnotationNamespace  = "fleetsync.io/consul-namespace"  // the Consul namespace (Enterprise)
+	AnnotationPartition  = "fleetsync.io/consul-partition"  // the Consul admin partition (Enterprise)
+	AnnotationTag        = "fleetsync.io/consul-tag"        // only instances with this tag
+	AnnotationFilter     = "fleetsync.io/consul-filter"     // a Consul filter expression
+	AnnotationWindow     = "fleetsync.io/window"            // the unit's batching window
+)
+
+// source is what feeds a unit: a Consul service read with a query, and
+// the unit's window (negative: the fleet's). Two units with different
+// sources are different workers.
+type source struct {
+	consul string
+	query  watch.Query
+	window time.Duration
+}
+
 // importUnit is one annotated Service: usable (problem "") or reported.
 type importUnit struct {
-	consul, port string
-	obj          *corev1.Service
-	problem      string
+	src     source
+	port    string
+	obj     *corev1.Service
+	problem string
 }
 
 // importOf reads an annotated Service; ok is false when it has no
-// fleetsync.io/consul-service annotation.
+// fleetsync.io/consul-service annotation or is a mirrored Service (marked:
+// fleetsync annotates those too).
 func importOf(svc *k8s.Service) (u importUnit, ok bool) {
 	name, ok := svc.Annotations[k8smark.AnnotationConsulService]
-	if !ok || svc.Object == nil {
+	if !ok || svc.Object == nil || k8smark.Marked(svc.Object.Labels) {
 		return importUnit{}, false
 	}
-	u = importUnit{consul: strings.TrimSpace(name), obj: svc.Object}
+	u = importUnit{src: source{consul: strings.TrimSpace(name), window: -1}, obj: svc.Object}
 	switch spec := svc.Object.Spec; {
-	case u.consul == "" || strings.ContainsAny(u.consul, "/ "):
+	case u.src.consul == "" || strings.ContainsAny(u.src.consul, "/ "):
 		u.problem = fmt.Sprintf("annotation %s=%q: not a Consul service name", k8smark.AnnotationConsulService, name)
 	case len(spec.Selector) > 0:
 		u.problem = fmt.Sprintf("annotation %s: the Service has a selector; fleetsync only fills selectorless Services", k8smark.AnnotationConsulService)
@@ -51,8 +76,51 @@ func importOf(svc *k8s.Service) (u importUnit, ok bool) {
 		u.problem = fmt.Sprintf("annotation %s: the Service has %d ports; it needs exactly one", k8smark.AnnotationConsulService, len(spec.Ports))
 	default:
 		u.port = spec.Ports[0].Name
+		u.problem = u.src.readOptional(svc.Annotations)
 	}
 	return u, true
+}
+
+// readOptional fills src from the optional annotations; it returns the
+// first bad one's problem, naming it, or "".
+func (src *source) readOptional(ann map[string]string) string {
+	fields := []struct {
+		key   string
+		into  *string
+		check func(string) error
+	}{
+		{AnnotationDatacenter, &src.query.Datacenter, watch.ValidateDatacenter},
+		{AnnotationNamespace, &src.query.Namespace, watch.ValidateTenancy},
+		{AnnotationPartition, &src.query.Partition, watch.ValidateTenancy},
+		{AnnotationTag, &src.query.Tag, validTag},
+		{AnnotationFilter, &src.query.Filter, watch.ValidateFilter},
+	}
+	for _, f := range fields {
+		v, ok := ann[f.key]
+		if !ok {
+			continue
+		}
+		if err := f.check(strings.TrimSpace(v)); err != nil {
+			return fmt.Sprintf("annotation %s=%q: %v", f.key, v, err)
+		}
+		*f.into = strings.TrimSpace(v)
+	}
+	if v, ok := ann[AnnotationWindow]; ok {
+		d, err := worker.ParseWindow(v)
+		if err != nil {
+			return fmt.Sprintf("annotation %s=%q: %v", AnnotationWindow, v, err)
+		}
+		src.window = d
+	}
+	return ""
+}
+
+// validTag checks a tag: not empty, no control characters.
+func validTag(tag string) error {
+	if tag == "" || strings.IndexFunc(tag, unicode.IsControl) >= 0 {
+		return fmt.Errorf("not a Consul tag (empty, or control characters)")
+	}
+	return nil
 }
 
 // ServiceChanged is told of every change of a Service (k8s.WatcherOptions.OnService).
@@ -60,14 +128,19 @@ func (s *Supervisor) ServiceChanged(key k8s.Key) {
 	if s.opts.Imports == nil {
 		return
 	}
-	if s.refreshImport(key) { // others' Services cost a cache read, nothing more
+	// Others' Services cost a cache read, nothing more.
+	switch is, moved := s.refreshImport(key); {
+	case moved:
+		s.reconcile() // a new source: its worker restarts with it
+	case is:
 		s.changed(owned.Key{Namespace: key.Namespace, Name: key.Name})
 	}
 }
 
 // refreshImport reads key again and reports a new problem once; it
-// returns whether key is or was an import-mode Service.
-func (s *Supervisor) refreshImport(key k8s.Key) bool {
+// returns whether key is or was an import-mode Service, and whether its
+// source or problem changed.
+func (s *Supervisor) refreshImport(key k8s.Key) (is, moved bool) {
 	k := owned.Key{Namespace: key.Namespace, Name: key.Name}
 	svc, found, err := s.opts.Imports.Head(key)
 	var u importUnit
@@ -89,7 +162,7 @@ func (s *Supervisor) refreshImport(key k8s.Key) bool {
 			s.opts.Reporter.Warning(u.obj, ReasonInvalidAnnotation, u.problem)
 		}
 	}
-	return ok || had
+	return ok || had, ok != had || old.src != u.src || old.problem != u.problem
 }
 
 // loadImports reads every Service once the informer synced.
@@ -112,6 +185,23 @@ func (s *Supervisor) importLookup(k owned.Key) (wtok8s.Unit, *corev1.Service, bo
 	if !ok {
 		return wtok8s.Unit{}, nil, false, false
 	}
-	unit := wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: u.consul, PortName: u.port}
+	unit := wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: u.src.consul, PortName: u.port}
 	return unit, u.obj, u.problem == "", true
+}
+
+// feed is the health read and the configuration of a worker fed by src:
+// no read for a unit that is not selected (src.consul ""), src's query,
+// src's window over the fleet's.
+func (s *Supervisor) feed(src source) (wtok8s.Health, wtok8s.Config) {
+	cfg := s.opts.Config
+	if src.consul == "" {
+		return nil, cfg
+	}
+	if src.window >= 0 {
+		cfg.Window = src.window
+	}
+	q := src.query
+	return func(ctx context.Context, name string, index uint64) ([]watch.Entry, uint64, error) {
+		return s.opts.Health(ctx, name, q, index)
+	}, cfg
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -13,6 +14,9 @@ import (
 type Filter struct {
 	Allow []string // globs (path.Match); empty: all
 	Deny  []string // globs; deny wins
+	// RequireTag, when set, leaves out a name none of whose instances
+	// carries it (the health read then keeps only the instances that do).
+	RequireTag string
 }
 
 // Validate checks the patterns.
@@ -25,9 +29,10 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// Mirrored reports whether Consul service name is mirrored.
-func (f Filter) Mirrored(name string) bool {
-	if name == "consul" {
+// Mirrored reports whether Consul service name, whose instances carry
+// tags (the catalog's union), is mirrored.
+func (f Filter) Mirrored(name string, tags []string) bool {
+	if name == "consul" || (f.RequireTag != "" && !slices.Contains(tags, f.RequireTag)) {
 		return false
 	}
 	for _, p := range f.Deny {

@@ -27,11 +27,26 @@ func TestName(t *testing.T) {
 func TestFilter(t *testing.T) {
 	f := Filter{Allow: []string{"web*", "db"}, Deny: []string{"web-internal"}}
 	for name, want := range map[string]bool{"web": true, "web-a": true, "db": true, "cache": false, "web-internal": false, "consul": false} {
-		if f.Mirrored(name) != want {
+		if f.Mirrored(name, nil) != want {
 			t.Errorf("Mirrored(%q) = %v", name, !want)
 		}
 	}
-	if (Filter{}).Mirrored("consul") || !(Filter{}).Mirrored("x") {
+	if (Filter{}).Mirrored("consul", nil) || !(Filter{}).Mirrored("x", nil) {
 		t.Error("the empty filter")
+	}
+	tagged := Filter{RequireTag: "k8s-mirror"}
+	for _, tt := range []struct {
+		name string
+		tags []string
+		want bool
+	}{
+		{"web", []string{"v1", "k8s-mirror"}, true},
+		{"web", []string{"v1"}, false},
+		{"web", nil, false},
+		{"consul", []string{"k8s-mirror"}, false},
+	} {
+		if got := tagged.Mirrored(tt.name, tt.tags); got != tt.want {
+			t.Errorf("RequireTag: Mirrored(%q, %v) = %v", tt.name, tt.tags, got)
+		}
 	}
 }

@@ -19,6 +19,10 @@ import (
 // (watch.Client.Services).
 type Catalog func(ctx context.Context, index uint64) (map[string][]string, uint64, error)
 
+// Health is one blocking query on a Consul service's health, narrowed by
+// q (watch.Client.HealthQuery).
+type Health func(ctx context.Context, name string, q watch.Query, index uint64) ([]watch.Entry, uint64, error)
+
 // Options build a Supervisor; Config, Catalog, Health, Owned and Writer are
 // required.
 type Options struct {
@@ -27,8 +31,9 @@ type Options struct {
 	Namespace string // --k8s-write-namespace
 	Prefix    string // --k8s-service-prefix
 	Filter    Filter
+	Query     watch.Query // mirror mode's reads (--to-k8s-require-tag, --to-k8s-filter)
 	Catalog   Catalog
-	Health    wtok8s.Health
+	Health    Health
 	Owned     *owned.Cache
 	Writer    wtok8s.Writer
 	Reporter  wtok8s.Reporter
@@ -45,7 +50,7 @@ type Options struct {
 type running struct {
 	w      *wtok8s.Worker
 	cancel context.CancelFunc
-	consul string
+	src    source
 }
 
 // Supervisor runs the Consul -> Kubernetes fleet.
@@ -56,7 +61,7 @@ type Supervisor struct {
 
 	mu       sync.Mutex
 	ctx      context.Context // Run's, once the gate is open
-	selected map[owned.Key]string
+	selected map[owned.Key]source
 	imports  map[owned.Key]importUnit
 	known    chan struct{} // closed at the first catalog answer
 	workers  map[owned.Key]*running
@@ -72,7 +77,7 @@ func New(opts Options) *Supervisor {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}),
-		selected: map[owned.Key]string{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
+		selected: map[owned.Key]source{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
 }
 
 // Bootstrapped is closed once the gate is open.
@@ -131,11 +136,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 // setCatalog replaces the selected mirror units by those of names.
 func (s *Supervisor) setCatalog(names map[string][]string) {
-	sel := map[owned.Key]string{}
+	sel := map[owned.Key]source{}
 	if s.opts.Mirror {
-		for n := range names {
-			if s.opts.Filter.Mirrored(n) {
-				sel[owned.Key{Namespace: s.opts.Namespace, Name: Name(s.opts.Prefix, n)}] = n
+		for n, tags := range names {
+			if s.opts.Filter.Mirrored(n, tags) {
+				sel[owned.Key{Namespace: s.opts.Namespace, Name: Name(s.opts.Prefix, n)}] = source{consul: n, query: s.opts.Query, window: -1}
 			}
 		}
 	}
@@ -145,22 +150,22 @@ func (s *Supervisor) setCatalog(names map[string][]string) {
 }
 
 // units is every unit: the selected ones and those with marked objects.
-func (s *Supervisor) units() map[owned.Key]string {
+func (s *Supervisor) units() map[owned.Key]source {
 	s.mu.Lock()
-	out := make(map[owned.Key]string, len(s.selected))
+	out := make(map[owned.Key]source, len(s.selected))
 	for k, v := range s.selected {
 		out[k] = v
 	}
 	for k, u := range s.imports {
-		out[k] = u.consul // an import wins over a mirror of the same name
+		out[k] = u.src // an import wins over a mirror of the same name
 		if u.problem != "" {
-			out[k] = ""
+			delete(out, k) // a unit only while marked objects are left
 		}
 	}
 	s.mu.Unlock()
 	for _, k := range s.opts.Owned.Keys() {
 		if _, ok := out[k]; !ok {
-			out[k] = ""
+			out[k] = source{}
 		}
 	}
 	return out
@@ -182,8 +187,8 @@ func (s *Supervisor) unitLocked(k owned.Key) (wtok8s.Unit, *corev1.Service, bool
 	if u, obj, ok, imported := s.importLookup(k); imported {
 		return u, obj, ok
 	}
-	name, ok := s.selected[k]
-	return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: name, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
+	src, ok := s.selected[k]
+	return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: src.consul, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
 }
 
 // changed routes a marked object's change to its unit's worker, or starts
@@ -217,32 +222,29 @@ func (s *Supervisor) reconcile() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
-		name := units[k]
+		src := units[k]
 		if r := s.workers[k]; r != nil {
-			if r.consul != name && name != "" {
+			if r.src != src && src.consul != "" {
 				r.cancel() // its end starts the new one
 			}
 			continue
 		}
-		s.start(ctx, k, name)
+		s.start(ctx, k, src)
 	}
 }
 
 // start runs a worker for k; s.mu is held.
-func (s *Supervisor) start(ctx context.Context, k owned.Key, consulName string) {
+func (s *Supervisor) start(ctx context.Context, k owned.Key, src source) {
 	wctx, cancel := context.WithCancel(ctx)
-	health := s.opts.Health
-	if consulName == "" {
-		health = nil
-	}
+	health, cfg := s.feed(src)
 	unit, _, _ := s.unitLocked(k)
-	unit.ConsulName = consulName
+	unit.ConsulName = src.consul
 	w := wtok8s.New(wtok8s.Options{
 		Unit:   unit,
-		Config: s.opts.Config, Lookup: s.lookup(k), Health: health, Owned: s.opts.Owned, Writer: s.opts.Writer,
+		Config: cfg, Lookup: s.lookup(k), Health: health, Owned: s.opts.Owned, Writer: s.opts.Writer,
 		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate, Observe: s.opts.Observe,
 	})
-	r := &running{w: w, cancel: cancel, consul: consulName}
+	r := &running{w: w, cancel: cancel, src: src}
 	s.workers[k] = r
 	s.wg.Add(1)
 	go func() {

@@ -1,0 +1,101 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-bexpr"
+)
+
+// Query narrows one service's health read. Its zero value is the Client's
+// own scope, every instance.
+type Query struct {
+	// Datacenter, Namespace and Partition of the read ("": the Client's;
+	// namespaces and partitions exist in Consul Enterprise only).
+	Datacenter, Namespace, Partition string
+	// Tag, when set, keeps only the instances carrying it (Consul's tag=).
+	Tag string
+	// Filter, when set, is a Consul filter expression over the health
+	// entries (Consul's filter=), evaluated by Consul.
+	Filter string
+}
+
+var (
+	datacenterRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	tenancyRE    = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?$`)
+)
+
+// ValidateDatacenter checks a datacenter name the way Consul's agent
+// does: lowercase letters, digits, '-' and '_'.
+func ValidateDatacenter(dc string) error {
+	if !datacenterRE.MatchString(dc) {
+		return fmt.Errorf("not a Consul datacenter name (lowercase letters, digits, - and _)")
+	}
+	return nil
+}
+
+// ValidateTenancy checks a Consul namespace or admin partition name: a
+// letter or digit, then up to 62 letters, digits or '-', ending with a
+// letter or digit.
+func ValidateTenancy(name string) error {
+	if !tenancyRE.MatchString(name) {
+		return fmt.Errorf("not a Consul namespace or partition name (letters, digits and -, at most 64)")
+	}
+	return nil
+}
+
+// ValidateFilter checks the syntax of a Consul filter expression (Consul
+// checks its selectors when it evaluates it).
+func ValidateFilter(expr string) error {
+	if _, err := bexpr.CreateEvaluator(expr, nil); err != nil {
+		return fmt.Errorf("not a Consul filter expression: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query) *api.QueryOptions {
+	o := c.query(ctx, index, stale)
+	if q.Datacenter != "" {
+		o.Datacenter = q.Datacenter
+	}
+	if q.Namespace != "" {
+		o.Namespace = q.Namespace
+	}
+	if q.Partition != "" {
+		o.Partition = q.Partition
+	}
+	o.Filter = q.Filter
+	return o
+}
+
+// HealthQuery is Health narrowed by q.
+func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) ([]Entry, uint64, error) {
+	stale := c.opts.MaxStale > 0
+	for {
+		raw, meta, err := c.api.Health().Service(name, q.Tag, false, c.queryOf(ctx, index, stale, q))
+		if err != nil {
+			return nil, 0, fmt.Errorf("consul health of service %q: %w", name, err)
+		}
+		if stale && c.tooStale(meta) {
+			stale = false
+			continue
+		}
+		out := make([]Entry, 0, len(raw))
+		for _, e := range raw {
+			if e == nil || e.Node == nil || e.Service == nil {
+				continue // Consul never sends these; a garbled answer must not crash us
+			}
+			out = append(out, entryOf(e))
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].Node.Name != out[j].Node.Name {
+				return out[i].Node.Name < out[j].Node.Name
+			}
+			return out[i].ID < out[j].ID
+		})
+		return out, meta.LastIndex, nil
+	}
+}
