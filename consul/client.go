@@ -75,15 +75,19 @@ type Options struct {
 }
 
 // Guard makes every transaction conditional on something outside the
-// catalog: Op is put first in each transaction (Consul rolls the whole
-// transaction back when it fails); when it failed, Failed checks again and
-// returns nil if writing may go on (Apply then retries once with a new Op),
-// or an error that Apply returns. Op returns an error when writing is not
-// allowed at all right now.
+// catalog: Ops (at most MaxGuardOps of them) are put first in each
+// transaction (Consul rolls the whole transaction back when one fails);
+// when one failed, Failed checks again and returns nil if writing may go on
+// (Apply then retries once with new Ops), or an error that Apply returns.
+// Ops returns an error when writing is not allowed at all right now.
 type Guard interface {
-	Op() (*api.TxnOp, error)
+	Ops() (api.TxnOps, error)
 	Failed(ctx context.Context) error
 }
+
+// MaxGuardOps is how many ops of each transaction are kept for the
+// guard's (the claim's check-index and check-session).
+const MaxGuardOps = 2
 
 // Client reads owned state and writes changes. Safe for concurrent use.
 type Client struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -12,7 +13,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
-// commitGroups sends one transaction: the guard op, the fence op (when
+// commitGroups sends one transaction: the guard's ops, the fence's (when
 // fence is set), the node ops, then the groups' ops. A failed guard is
 // re-checked once (the claim may only have changed hands between this
 // cluster's own replicas) before it is returned. A failed fence is
@@ -29,23 +30,15 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		var ops api.TxnOps
-		guarded := 0
-		if guard != nil {
-			op, err := guard.Op()
-			if err != nil {
-				return nil, err
-			}
-			ops, guarded = append(ops, op), 1
+		gops, err := guardOps(guard)
+		if err != nil {
+			return nil, err
 		}
-		fenced := 0
-		if fence != nil {
-			op, err := fence.Op()
-			if err != nil {
-				return nil, err
-			}
-			ops, fenced = append(ops, op), 1
+		fops, err := guardOps(fence)
+		if err != nil {
+			return nil, err
 		}
+		ops, guarded, fenced := slices.Concat(gops, fops), len(gops), len(fops)
 		nodeOps, created, err := c.nodeOps(ctx, nodes)
 		if err != nil {
 			return nil, err
@@ -99,6 +92,22 @@ func (c *Client) commitGroups(ctx context.Context, groups []group, nodes []strin
 		}
 		return nil, te
 	}
+}
+
+// guardOps are g's ops for one transaction (none without a guard), at most
+// MaxGuardOps of them.
+func guardOps(g Guard) (api.TxnOps, error) {
+	if g == nil {
+		return nil, nil
+	}
+	ops, err := g.Ops()
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) > MaxGuardOps {
+		return nil, fmt.Errorf("a guard gives %d ops, more than the %d kept for it", len(ops), MaxGuardOps)
+	}
+	return ops, nil
 }
 
 // txnBody is the JSON of a transaction of first followed by the ops of

@@ -250,11 +250,11 @@ type fakeGuard struct {
 	refresh func() uint64
 }
 
-func (g *fakeGuard) Op() (*api.TxnOp, error) {
+func (g *fakeGuard) Ops() (api.TxnOps, error) {
 	if g.lost != nil {
 		return nil, g.lost
 	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: g.key, Index: g.index}}, nil
+	return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: g.key, Index: g.index}}}, nil
 }
 
 func (g *fakeGuard) Failed(context.Context) error {
@@ -540,5 +540,64 @@ func TestWitnessReadIsConsistent(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) != 1 || !seen[0].RequireConsistent || seen[0].AllowStale {
 		t.Fatalf("witness reads %+v, want one consistent read", seen)
+	}
+}
+
+// lockGuard guards with a check-index and a check-session of a locked key,
+// as the cluster-id claim does: MaxGuardOps ops.
+type lockGuard struct {
+	key, session string
+	index        uint64
+}
+
+func (g *lockGuard) Ops() (api.TxnOps, error) {
+	return api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: g.key, Index: g.index}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: g.key, Session: g.session}},
+	}, nil
+}
+
+func (g *lockGuard) Failed(context.Context) error { return errTaken }
+
+// TestPackingKeepsRoomForTheGuard: with a guard of MaxGuardOps ops, no
+// transaction is over Consul's 128 ops (the twin refuses more, as Consul
+// does): registrations of 2 ops each, a node op and the guard's 2 are 62
+// per transaction (127 ops; 63 would be 129), so 300 are 5 transactions.
+func TestPackingKeepsRoomForTheGuard(t *testing.T) {
+	twin := consultest.New(t)
+	c := twin.Client()
+	session, _, err := c.Session().Create(&api.SessionEntry{TTL: "1m"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &lockGuard{key: "fleetsync-test/lock", session: session}
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: g.key, Value: []byte("ours"), Session: session}, nil); err != nil || !ok {
+		t.Fatalf("lock %s: %v %v", g.key, ok, err)
+	}
+	p, _, err := c.KV().Get(g.key, nil)
+	if err != nil || p == nil {
+		t.Fatalf("read %s: %v", g.key, err)
+	}
+	g.index = p.ModifyIndex
+	var sizes []int
+	owner := testOwner{id: "packed"}
+	store := NewClient(c, owner, Options{Guard: g, Observe: func(ops int, _ float64, err error) {
+		if err == nil {
+			sizes = append(sizes, ops)
+		}
+	}})
+	var ins []Instance
+	for i := range 300 {
+		ins = append(ins, owner.instance(i, "packed"))
+	}
+	applied, err := store.Apply(t.Context(), Change{Register: ins})
+	if err != nil {
+		t.Fatalf("300 guarded registrations: %v", err)
+	}
+	if want := []int{127, 127, 127, 127, 2 + 1 + 2*(300-4*62)}; applied.Txns != 5 || !slices.Equal(sizes, want) {
+		t.Fatalf("%d transactions of %v ops, want %v", applied.Txns, sizes, want)
+	}
+	if n := len(twin.Services(owner.Node().Name)); n != 300 {
+		t.Fatalf("%d instances on the node, want 300", n)
 	}
 }

@@ -114,13 +114,13 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	return done, nil
 }
 
-// reserved is how many ops of each transaction of ch go to guards: one for
-// the claim, one more for the shard's fence.
+// reserved is how many ops of each transaction of ch go to guards:
+// MaxGuardOps for the claim, as many again for the shard's fence.
 func reserved(ch Change) int {
 	if ch.Fence != nil {
-		return 2
+		return 2 * MaxGuardOps
 	}
-	return 1
+	return MaxGuardOps
 }
 
 // pack returns how many of groups fit in one transaction and the nodes it

@@ -33,7 +33,7 @@ type Value struct {
 // id belongs to another Kubernetes cluster.
 var ErrClaimedByOther = errors.New("cluster id claimed by another Kubernetes cluster")
 
-// ErrLost is matched by the error Apply returns (and Claim.Op) when
+// ErrLost is matched by the error Apply returns (and Claim.Ops) when
 // the cluster id's claim names another Kubernetes cluster now: this process
 // must not write, above all not delete, since the other cluster's instances
 // carry the same mark.
@@ -55,9 +55,13 @@ func (e *LostError) Is(target error) bool {
 // stays refused after this one stops.
 //
 // A Claim is also a Guard for the consul Client: every transaction carries
-// a check that the claim key is still at the index this process last saw
-// naming its own Kubernetes cluster, so from the moment another cluster
-// takes the claim no write of this process can land. A failed check re-reads
+// a check that the claim key is still at the index, and still locked by the
+// session, this process last saw naming its own Kubernetes cluster, so from
+// the moment another cluster takes the claim no write of this process can
+// land. The session check holds where the index alone does not: a Consul
+// rebuilt empty counts its indexes from small numbers again, so another
+// cluster's claim can sit at exactly the remembered index, but never under
+// the session (a UUID) that locked ours. A failed check re-reads
 // the key: still ours (a replica took or released the lock, or Consul lost
 // its data and the key is free again: it is claimed again), writing goes on;
 // another cluster's, the claim is lost: Op refuses every write until the key
@@ -81,18 +85,22 @@ type Claim struct {
 
 	mu      sync.Mutex // serialises the claim's requests; guards session
 	session string
-	// state is what Op and Held read without waiting for a request in
-	// flight: the key's index when last seen naming this cluster, and why
-	// writing is refused ("" while the claim is ours).
+	// state is what Ops and Held read without waiting for a request in
+	// flight: the key's index and lock session when last seen naming this
+	// cluster, and why writing is refused ("" while the claim is ours).
 	state atomic.Pointer[claimState]
 }
 
 type claimState struct {
-	index uint64
-	lost  string
+	index   uint64
+	session string
+	lost    string
 }
 
-func (cl *Claim) setIndex(i uint64) { cl.state.Store(&claimState{index: i}) }
+// setSeen records the claim key as seen naming this cluster.
+func (cl *Claim) setSeen(p *api.KVPair) {
+	cl.state.Store(&claimState{index: p.ModifyIndex, session: p.Session})
+}
 
 func (cl *Claim) setLost(why string) {
 	st := *cl.state.Load()
@@ -211,12 +219,12 @@ func (cl *Claim) establish(ctx context.Context, takeover bool) error {
 				continue // look again: what we wrote, or who changed it meanwhile
 			}
 			if pair.Session != "" && pair.Session != cl.session {
-				cl.setIndex(pair.ModifyIndex)
+				cl.setSeen(pair)
 				cl.log.Debug("Cluster id claimed by this Kubernetes cluster; another replica holds the lock", "key", cl.key, "holder", have.Holder)
 				return nil
 			}
 			if pair.Session == cl.session {
-				cl.setIndex(pair.ModifyIndex)
+				cl.setSeen(pair)
 				return nil
 			}
 		}
@@ -244,15 +252,17 @@ func (cl *Claim) read(ctx context.Context) (*api.KVPair, error) {
 	return pair, nil
 }
 
-// Op is the guard op of every transaction: the claim key must still be at
-// the index last seen naming this cluster.
-func (cl *Claim) Op() (*api.TxnOp, error) {
+// Ops are the guard ops of every transaction: the claim key must still be
+// at the index, and locked by the session, last seen naming this cluster.
+func (cl *Claim) Ops() (api.TxnOps, error) {
 	st := cl.state.Load()
 	if st.lost != "" {
 		return nil, &LostError{Msg: st.lost}
 	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index,
-		Namespace: cl.scope.Namespace, Partition: cl.scope.Partition}}, nil
+	return api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cl.key, Index: st.index, Namespace: cl.scope.Namespace, Partition: cl.scope.Partition}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: cl.key, Session: st.session, Namespace: cl.scope.Namespace, Partition: cl.scope.Partition}},
+	}, nil
 }
 
 // Failed re-checks the claim after a transaction's guard op failed.

@@ -82,8 +82,8 @@ func TestClaimKeyThatIsNotAClaimStopsWrites(t *testing.T) {
 	if ok, why := cl.Held(); ok || !strings.Contains(why, "not a fleetsync claim") {
 		t.Fatalf("Held = %v, %q", ok, why)
 	}
-	if _, err := cl.Op(); !errors.Is(err, ErrLost) {
-		t.Fatalf("Op after the claim was garbled: %v", err)
+	if _, err := cl.Ops(); !errors.Is(err, ErrLost) {
+		t.Fatalf("Ops after the claim was garbled: %v", err)
 	}
 }
 
@@ -156,12 +156,13 @@ func TestScopeClaimShapes(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("claim requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	op, err := cl.Op()
+	ops, err := cl.Ops()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(op)
-	if want := `{"KV":{"Verb":"check-index","Key":"fleetsync/clusters/c1","Value":null,"Flags":0,"Index":9,"Session":"","Namespace":"team-a","Partition":"part-1"},"Node":null,"Service":null,"Check":null}`; string(b) != want {
-		t.Errorf("guard op %s\nwant %s", b, want)
+	b, _ := json.Marshal(ops)
+	if want := `[{"KV":{"Verb":"check-index","Key":"fleetsync/clusters/c1","Value":null,"Flags":0,"Index":9,"Session":"","Namespace":"team-a","Partition":"part-1"},"Node":null,"Service":null,"Check":null},` +
+		`{"KV":{"Verb":"check-session","Key":"fleetsync/clusters/c1","Value":null,"Flags":0,"Index":0,"Session":"sess-1","Namespace":"team-a","Partition":"part-1"},"Node":null,"Service":null,"Check":null}]`; string(b) != want {
+		t.Errorf("guard ops %s\nwant %s", b, want)
 	}
 }

@@ -44,7 +44,7 @@ func (cl *Claim) verify(ctx context.Context) error {
 			cl.log.Warn("Cluster-id claim was gone from Consul (Consul lost its data?); claimed again", "key", cl.key)
 		}
 	} else {
-		cl.setIndex(pair.ModifyIndex)
+		cl.setSeen(pair)
 	}
 	if wasLost {
 		cl.log.Info("Cluster-id claim names this Kubernetes cluster again; writing resumes", "key", cl.key)

@@ -22,14 +22,15 @@ import (
 type Server struct {
 	srv *httptest.Server
 
-	mu      sync.Mutex
-	raft    uint64
-	nodes   map[string]*node
-	kv      map[string]*api.KVPair
-	indexes map[string]uint64
-	fault   func(r *http.Request) error
-	txns    int
-	acl     *ACL // nil: ACLs off
+	mu       sync.Mutex
+	raft     uint64
+	nodes    map[string]*node
+	kv       map[string]*api.KVPair
+	sessions map[string]*api.SessionEntry
+	indexes  map[string]uint64
+	fault    func(r *http.Request) error
+	txns     int
+	acl      *ACL // nil: ACLs off
 }
 
 type node struct {
@@ -47,7 +48,7 @@ func New(t testing.TB) *Server {
 
 // NewServer starts a twin; the caller must Close it.
 func NewServer() *Server {
-	s := &Server{raft: 10, nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, indexes: map[string]uint64{}}
+	s := &Server{raft: 10, nodes: map[string]*node{}, kv: map[string]*api.KVPair{}, sessions: map[string]*api.SessionEntry{}, indexes: map[string]uint64{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -107,6 +108,7 @@ func (s *Server) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes, s.kv, s.indexes, s.raft = map[string]*node{}, map[string]*api.KVPair{}, map[string]uint64{}, 10
+	s.sessions = map[string]*api.SessionEntry{}
 }
 
 // Snapshot is the twin's state at one moment (see Restore).
@@ -198,6 +200,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/health/service/"):
 		name, _ := rest("/v1/health/service/")
 		s.serveHealthService(w, r, name)
+	case r.Method == http.MethodPut && strings.HasPrefix(p, "/v1/session/"):
+		verb, id, _ := strings.Cut(strings.TrimPrefix(p, "/v1/session/"), "/")
+		s.serveSession(w, r, verb, id)
 	case p == "/v1/status/leader":
 		writeJSON(w, 1, `"127.0.0.1:8300"`)
 	case strings.HasPrefix(p, "/v1/kv/"):

@@ -331,6 +331,50 @@ var scripts = []script{
 			`op 0: failed to check index, key "N/none" doesn't exist`},
 	},
 	{
+		name: "a kv check-session guard passes only the session holding the lock",
+		run: func(c *api.Client, node string) []string {
+			key := node + "/claim"
+			var ids []string
+			for range 2 {
+				id, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorRelease}, nil)
+				if err != nil {
+					return []string{err.Error()}
+				}
+				defer func() { _, _ = c.Session().Destroy(id, nil) }()
+				ids = append(ids, id)
+			}
+			got, _, err := c.KV().Acquire(&api.KVPair{Key: key, Value: []byte("mine"), Session: ids[0]}, nil)
+			if err != nil {
+				return []string{err.Error()}
+			}
+			taken, _, err := c.KV().Acquire(&api.KVPair{Key: key, Value: []byte("theirs"), Session: ids[1]}, nil)
+			if err != nil {
+				return []string{err.Error()}
+			}
+			guard := func(k, id string) *api.TxnOp {
+				return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: k, Session: id}}
+			}
+			r0, _ := send(c, guard(key, ids[1]), nodeOp(api.NodeSet, node, "10.0.0.1", nil, 0))
+			s0 := services(c, node)
+			r1, _ := send(c, guard(key, ids[0]), nodeOp(api.NodeSet, node, "10.0.0.1", nil, 0))
+			if _, err := c.Session().Destroy(ids[0], nil); err != nil {
+				return []string{err.Error()}
+			}
+			r2, _ := send(c, guard(key, ids[0]))
+			r3, _ := send(c, guard(node+"/none", ids[1]))
+			p, _, err := c.KV().Get(key, nil)
+			if err != nil || p == nil {
+				return []string{fmt.Sprint("read ", key, ": ", err)}
+			}
+			names := strings.NewReplacer(ids[0], "S0", ids[1], "S1")
+			return []string{fmt.Sprint(got, taken), names.Replace(r0), s0, r1, services(c, node), names.Replace(r2), r3,
+				fmt.Sprintf("lock %d session %q value %s", p.LockIndex, p.Session, p.Value)}
+		},
+		want: []string{"true false", `op 0: failed session check for key "N/claim", current session "S0" != "S1"`, "no node", "ok", "[]",
+			`op 0: failed session check for key "N/claim", current session "" != "S0"`, `op 0: failed to check session, key "N/none" doesn't exist`,
+			`lock 1 session "" value mine`},
+	},
+	{
 		name: "a kv delete-cas of a missing key succeeds, a stale one fails",
 		run: func(c *api.Client, node string) []string {
 			key := node + "/gone"

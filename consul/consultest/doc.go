@@ -31,10 +31,16 @@
 //     ?node-meta=; KV get, put (with ?cas=) and delete (with ?cas=: a
 //     missing key's delete-cas succeeds, as Consul's does).
 //
+//   - KV locks: sessions are created, renewed and destroyed (destroying one
+//     lets its locks go, as Consul's release behaviour does); PUT ?acquire=
+//     takes a free key or rewrites one the session holds; a txn's
+//     check-session passes only while the key is locked by that session (a
+//     missing or free key fails). Session TTLs, health checks and lock
+//     delays are not kept.
+//
 //   - With EnableACL, logins and tokens as Consul's ACL system answers them
 //     (see ACL).
 //
-// Blocking queries, sessions and ACL policies are not served (fleetsync's
-// catalog code uses none of them; its claim and permission tests run
-// against the real agent).
+// Blocking queries and ACL policies are not served (fleetsync's catalog
+// code uses neither; its permission tests run against the real agent).
 package consultest

@@ -8,7 +8,8 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// serveKV answers GET (one key), PUT (?cas=) and DELETE (?cas=) of a key.
+// serveKV answers GET (one key), PUT (?cas=, ?acquire=, ?release=) and
+// DELETE (?cas=) of a key.
 func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, key string) {
 	q := r.URL.Query()
 	var cas *uint64
@@ -38,8 +39,13 @@ func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, key string) {
 		}
 		flags, _ := strconv.ParseUint(q.Get("flags"), 10, 64)
 		op := &api.KVTxnOp{Verb: api.KVSet, Key: key, Value: body, Flags: flags}
-		if cas != nil {
+		switch {
+		case cas != nil:
 			op.Verb, op.Index = api.KVCAS, *cas
+		case q.Get("acquire") != "":
+			op.Verb, op.Session = api.KVLock, q.Get("acquire")
+		case q.Get("release") != "":
+			op.Verb, op.Session = api.KVUnlock, q.Get("release")
 		}
 		_, errs := s.apply(api.TxnOps{{KV: op}})
 		writeJSON(w, 0, strconv.FormatBool(len(errs) == 0))

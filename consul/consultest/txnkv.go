@@ -31,6 +31,23 @@ func (t *txn) kvOp(op *api.KVTxnOp) (*api.TxnResult, error) {
 		}
 		t.kvSet(op)
 		return result()
+	case api.KVLock:
+		// As Consul's kvsLockTxn: a live session takes a free key (its
+		// LockIndex goes up) or rewrites one it holds.
+		if t.s.sessions[op.Session] == nil {
+			return nil, fmt.Errorf("invalid session %q", op.Session)
+		}
+		if cur != nil && cur.Session != "" && cur.Session != op.Session {
+			return nil, fmt.Errorf("failed to lock key %q, lock is already held", op.Key)
+		}
+		t.kvLock(op, cur, op.Session)
+		return result()
+	case api.KVUnlock:
+		if cur == nil || cur.Session != op.Session {
+			return nil, fmt.Errorf("failed to unlock key %q, lock isn't held, or is held by another session", op.Key)
+		}
+		t.kvLock(op, cur, "")
+		return result()
 	case api.KVDelete:
 		t.kvDelete(op.Key)
 		return nil, nil
@@ -50,6 +67,18 @@ func (t *txn) kvOp(op *api.KVTxnOp) (*api.TxnResult, error) {
 			return nil, fmt.Errorf("failed index check for key %q, current modify index %d != %d", op.Key, cur.ModifyIndex, op.Index)
 		}
 		c := *cur
+		return &api.TxnResult{KV: &c}, nil
+	case api.KVCheckSession:
+		// As Consul's kvsCheckSessionTxn: a missing key fails, and so
+		// does one locked by another session or by none.
+		if cur == nil {
+			return nil, fmt.Errorf("failed to check session, key %q doesn't exist", op.Key)
+		}
+		if cur.Session != op.Session {
+			return nil, fmt.Errorf("failed session check for key %q, current session %q != %q", op.Key, cur.Session, op.Session)
+		}
+		c := *cur
+		c.Value = nil
 		return &api.TxnResult{KV: &c}, nil
 	case api.KVCheckNotExists:
 		if cur != nil {
@@ -82,4 +111,20 @@ func (t *txn) kvDelete(key string) {
 	}
 	delete(t.kv, key)
 	t.bump("tombstones")
+}
+
+// kvLock writes a key under session (taking the lock when it is not yet
+// held by it), or with "" lets the lock go; both write the op's value, as
+// Consul's acquire and release do.
+func (t *txn) kvLock(op *api.KVTxnOp, cur *api.KVPair, session string) {
+	rec := &api.KVPair{Key: op.Key, Value: bytes.Clone(op.Value), Flags: op.Flags, Session: session,
+		CreateIndex: t.idx, ModifyIndex: t.idx, Namespace: op.Namespace, Partition: op.Partition}
+	if cur != nil {
+		rec.CreateIndex, rec.LockIndex = cur.CreateIndex, cur.LockIndex
+	}
+	if session != "" && (cur == nil || cur.Session != session) {
+		rec.LockIndex++
+	}
+	t.kv[op.Key] = rec
+	t.bump("kvs")
 }

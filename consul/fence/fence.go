@@ -145,16 +145,16 @@ func (t *Token) Shard() int { return t.shard }
 // Generation is the token's generation.
 func (t *Token) Generation() uint64 { return t.gen }
 
-// Op is the check of every transaction of the shard: the key must still be
-// at the index this replica wrote (or adopted). After a refusal that
+// Ops are the check of every transaction of the shard: the key must still
+// be at the index this replica wrote (or adopted). After a refusal that
 // showed another holder it returns an error matching consul.ErrFenced.
-func (t *Token) Op() (*api.TxnOp, error) {
+func (t *Token) Ops() (api.TxnOps, error) {
 	st := t.state.Load()
 	if st.fenced != "" {
 		return nil, &consul.TxnError{Fenced: st.fenced}
 	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: t.key, Index: st.index,
-		Namespace: t.f.opts.Scope.Namespace, Partition: t.f.opts.Scope.Partition}}, nil
+	return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: t.key, Index: st.index,
+		Namespace: t.f.opts.Scope.Namespace, Partition: t.f.opts.Scope.Partition}}}, nil
 }
 
 // Failed re-reads the key after a transaction's check of it failed. It

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -153,7 +154,7 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 		chk  map[string]*consulapi.HealthCheck
 	}
 	var txns []txn
-	const perTxn = 63 // (128 - node op) / 2 ops per instance
+	const perTxn = 62 // (128 - 2 guard ops - node op) / 2 ops per instance
 	for _, g := range s.groups {
 		for i := 0; i < len(g.services); i += perTxn {
 			txns = append(txns, txn{g.node, g.services[i:min(i+perTxn, len(g.services))], g.checks})
@@ -161,8 +162,8 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 	}
 	nodes := &limitNodes{locks: map[string]*sync.Mutex{}, index: map[string]uint64{}}
 	// Every fleetsync transaction starts with its cluster-id claim's guard
-	// op, a check-index of the claim key: so do the limit's, on a key of
-	// their own.
+	// ops, a check-index and a check-session of the claim key: so do the
+	// limit's, on a key of their own.
 	guard, err := b.limitGuard()
 	if err != nil {
 		return 0, 0, err
@@ -177,7 +178,7 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 			defer m.Unlock()
 			idx, ok = nodes.known(t.node)
 		}
-		ops := append(consulapi.TxnOps{guard}, txnOps(n, idx, t.svcs, t.chk)...)
+		ops := append(slices.Clone(guard), txnOps(n, idx, t.svcs, t.chk)...)
 		okTxn, resp, _, err := kv.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("limit transaction on %s: %w", t.node, err)
@@ -199,19 +200,27 @@ func (b *bench) writeLimit(s catalogSnapshot, inflight int) (time.Duration, int,
 	return time.Since(start), len(txns), err
 }
 
-// limitGuard writes the limit's guard key and returns the op that checks
-// it is unchanged, shaped as fleetsync's claim guard (claim.Claim.Op).
-func (b *bench) limitGuard() (*consulapi.TxnOp, error) {
+// limitGuard locks the limit's guard key with a session and returns the
+// ops that check it is unchanged, shaped as fleetsync's claim guard
+// (claim.Claim.Ops).
+func (b *bench) limitGuard() (consulapi.TxnOps, error) {
 	const key = "fleetsync-bench/limit-guard"
+	session, _, err := b.consul.Client.Session().Create(&consulapi.SessionEntry{Name: "fleetsync-bench limit", TTL: "10m"}, (&consulapi.WriteOptions{}).WithContext(b.ctx))
+	if err != nil {
+		return nil, fmt.Errorf("limit guard session: %w", err)
+	}
 	kv := b.consul.Client.KV()
-	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte("limit")}, (&consulapi.WriteOptions{}).WithContext(b.ctx)); err != nil {
-		return nil, fmt.Errorf("limit guard key: %w", err)
+	if ok, _, err := kv.Acquire(&consulapi.KVPair{Key: key, Value: []byte("limit"), Session: session}, (&consulapi.WriteOptions{}).WithContext(b.ctx)); err != nil || !ok {
+		return nil, fmt.Errorf("limit guard key: lock (%v): %v", ok, err)
 	}
 	pair, _, err := kv.Get(key, (&consulapi.QueryOptions{}).WithContext(b.ctx))
 	if err != nil || pair == nil {
 		return nil, fmt.Errorf("limit guard key: read back: %v", err)
 	}
-	return &consulapi.TxnOp{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCheckIndex, Key: key, Index: pair.ModifyIndex}}, nil
+	return consulapi.TxnOps{
+		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCheckIndex, Key: key, Index: pair.ModifyIndex}},
+		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCheckSession, Key: key, Session: pair.Session}},
+	}, nil
 }
 
 // writesOnceReady waits until every daemon is ready and Consul is quiet,
