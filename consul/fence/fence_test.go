@@ -171,9 +171,10 @@ func TestFenceKeptAcrossLossAndRewrite(t *testing.T) {
 	}
 }
 
-// TestFenceOpChangesPacking: the fence is one more op per transaction, so
-// 126 registrations (2 ops each, one node op, one op kept for the claim)
-// take 2 transactions unfenced (63 each) and 3 fenced (62, 62, 2).
+// TestFenceOpChangesPacking: the fence has its ops kept in every
+// transaction, so 124 registrations (2 ops each, one node op,
+// consul.MaxGuardOps kept for the claim and as many for the fence) take 2
+// transactions unfenced (62 each) and 3 fenced (61, 61, 2).
 func TestFenceOpChangesPacking(t *testing.T) {
 	for _, fenced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
@@ -183,7 +184,7 @@ func TestFenceOpChangesPacking(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := newReplica(t, twin, owner, "a")
-			ch := consul.Change{Register: instances(owner, 0, 126)}
+			ch := consul.Change{Register: instances(owner, 0, 124)}
 			want := 2
 			if fenced {
 				if ch.Fence, err = a.fences.Take(t.Context(), 1); err != nil {
@@ -195,8 +196,8 @@ func TestFenceOpChangesPacking(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if applied.Txns != want || applied.Registered != 126 {
-				t.Fatalf("%d transactions, %d registered; want %d, 126", applied.Txns, applied.Registered, want)
+			if applied.Txns != want || applied.Registered != 124 {
+				t.Fatalf("%d transactions, %d registered; want %d, 124", applied.Txns, applied.Registered, want)
 			}
 		})
 	}
