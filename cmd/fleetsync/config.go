@@ -122,7 +122,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulTLSName, "consul-tls-server-name", "", "server name to verify in Consul's certificate (default $CONSUL_TLS_SERVER_NAME)")
 	fs.BoolVar(&c.ConsulSSL, "consul-ssl", false, "talk HTTPS to Consul (default $CONSUL_HTTP_SSL, else consul-k8s's $CONSUL_USE_TLS)")
 	fs.BoolVar(&c.ConsulGzip, "consul-compression", false, "ask Consul to gzip its answers (for a Consul across a slow link: compressing costs Consul more CPU than the bytes cost a local network)")
-	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter of every read and write (default $CONSUL_DATACENTER, else the agent's or server's own)")
+	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter of every read and write (default $CONSUL_DATACENTER, else the one the addresses belong to, read at start)")
 	fs.StringVar(&c.ConsulNamespace, "consul-namespace", "", "Consul Enterprise namespace of every instance, read and claim key (default $CONSUL_NAMESPACE; '' or 'default': none; Consul OSS refuses any other at start)")
 	fs.StringVar(&c.ConsulPartition, "consul-partition", "", "Consul Enterprise admin partition of every node, instance, read and claim key (default $CONSUL_PARTITION; '' or 'default': none)")
 	fs.BoolVar(&c.MirrorNamespaces, "enable-k8s-namespace-mirroring", false, "Consul Enterprise: put each instance in the Consul namespace named like its Kubernetes namespace (with --k8s-namespace-mirroring-prefix), as consul-k8s's flag of that name")

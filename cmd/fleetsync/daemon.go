@@ -167,6 +167,9 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		if err := conn.start(gctx, cfg, store, neededPermissions(cfg, cluster.NodeName()), log.Named("consul")); err != nil || gctx.Err() != nil {
 			return err
 		}
+		// Addresses that did not answer at start are checked before use;
+		// after a failover, requests go back to the first address.
+		g.Go(func() error { return conn.RunServers(gctx) })
 		g.Go(func() error {
 			reserved.Run(gctx, 30*time.Second, store.ClusterIDs, sup.NotifyAll, log.Named("clusters"))
 			return nil

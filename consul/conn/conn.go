@@ -180,7 +180,7 @@ func Dial(ctx context.Context, cc Config, opts DialOptions) (*Conn, error) {
 	if scheme != "" {
 		cfg.Scheme = scheme
 	}
-	servers, err := NewServers(ctx, addrs, ServersOptions{Log: opts.Log.Named("consul-servers")})
+	servers, err := NewServers(ctx, addrs, ServersOptions{Log: opts.Log.Named("consul-servers"), Scheme: cfg.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("--consul-address: %w", err)
 	}
@@ -242,8 +242,28 @@ func (cn *Conn) TLS() bool { return cn.tls }
 // TokenFile is the configured token file ("" for none), for the log.
 func (cn *Conn) TokenFile() string { return cn.file }
 
-// Datacenter is the configured datacenter ("" for the agent's own).
-func (cn *Conn) Datacenter() string { return cn.dc }
+// Datacenter is the datacenter requests are for: the configured one, else
+// (a Dial connection, after Start) the addresses' own; "" for the agent's
+// own.
+func (cn *Conn) Datacenter() string {
+	if cn.servers != nil {
+		if dc := cn.servers.Datacenter(); dc != "" {
+			return dc
+		}
+	}
+	return cn.dc
+}
+
+// RunServers keeps a Dial connection's addresses after Start (see
+// Servers.Run): it checks those that did not answer at start and goes back
+// to the first once it answers again. It returns nil when ctx is done (at
+// once for an Open connection).
+func (cn *Conn) RunServers(ctx context.Context) error {
+	if cn.servers == nil {
+		return nil
+	}
+	return cn.servers.Run(ctx)
+}
 
 // InsecureTLSWarnings returns one sentence per setting of the connection
 // that leaves it open to whoever is on its path (see insecureTLSWarnings).

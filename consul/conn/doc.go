@@ -1,5 +1,7 @@
 // Package conn is fleetsync's connection to Consul: the addresses and
-// client-side failover between several servers (Servers), the ACL token
+// client-side failover between several servers (Servers) of one
+// datacenter of one Consul cluster, checked at start and named on every
+// request (Servers.Identify), with failback to the first, the ACL token
 // (a file watched, or a login through an auth method), TLS and the
 // warnings about insecure TLS settings, the check of the token's
 // permissions, the start-up retries and the health probe (Health).

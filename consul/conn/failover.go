@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -31,18 +32,33 @@ import (
 // since every op of it is a CAS that fails the second time. A request whose
 // deadline passed marks its address bad, so the next request goes to the
 // next address.
+//
+// Once Identify has run, every request without a dc parameter is sent with
+// the datacenter's, and only addresses of the one datacenter and cluster
+// Identify found are used; Run checks the addresses that did not answer
+// then, and goes back to the first address when it answers again.
 type Servers struct {
 	log      hclog.Logger
 	clock    clock.Clock
 	lookup   func(ctx context.Context, host string) ([]string, error)
 	resolved string // the host name being resolved, "" for a fixed list
 	port     string
+	scheme   string
+	probe    prober        // its transport is set by Transport
+	kick     chan struct{} // 1-buffered: wakes Run to check pending addresses
 
 	mu      sync.Mutex
 	addrs   []string
 	current int
 	// lastResolve rate-limits re-resolution to once per resolveEvery.
 	lastResolve time.Time
+	dc          string    // sent as dc on every request that has none
+	want        *Identity // every address's, once Identify has run
+	pending     map[string]bool
+	refused     map[string]string // address -> why it is not used
+	firstFailed time.Time         // when the first address last failed
+	backAt      time.Time         // when requests last went back to it
+	backWait    time.Duration     // how long after a failure it is tried again
 }
 
 // resolveEvery is the least time between two resolutions of the name.
@@ -54,6 +70,9 @@ type ServersOptions struct {
 	Clock clock.Clock
 	// Lookup resolves a host name (default net.DefaultResolver.LookupHost).
 	Lookup func(ctx context.Context, host string) ([]string, error)
+	// Scheme is http (the default) or https: how Identify and Run reach
+	// one address.
+	Scheme string
 }
 
 // NewServers returns the failover set of addrs ("host:port" each, at least
@@ -73,7 +92,11 @@ func NewServers(ctx context.Context, addrs []string, opts ServersOptions) (*Serv
 	if opts.Lookup == nil {
 		opts.Lookup = net.DefaultResolver.LookupHost
 	}
-	s := &Servers{log: opts.Log, clock: opts.Clock, lookup: opts.Lookup}
+	if opts.Scheme == "" {
+		opts.Scheme = "http"
+	}
+	s := &Servers{log: opts.Log, clock: opts.Clock, lookup: opts.Lookup, scheme: opts.Scheme,
+		kick: make(chan struct{}, 1), backWait: failbackMin}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, fmt.Errorf("consul address %q: want host:port: %w", a, err)
@@ -151,10 +174,19 @@ func (s *Servers) failed(ctx context.Context, addr string, why error) {
 	s.mu.Lock()
 	moved := false
 	if s.addrs[s.current] == addr {
-		s.current = (s.current + 1) % len(s.addrs)
+		if s.current == 0 && s.resolved == "" {
+			s.firstFailedLocked()
+		}
+		s.current = s.nextLocked()
 		moved = true
 	}
 	next := s.addrs[s.current]
+	if len(s.pending) > 0 {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 	s.mu.Unlock()
 	if moved && next != addr {
 		s.log.Warn("Consul server failed; using the next address", "failed", addr, "next", next, "error", why)
@@ -162,9 +194,50 @@ func (s *Servers) failed(ctx context.Context, addr string, why error) {
 	s.resolve(ctx)
 }
 
+// nextLocked is the index of the next usable address after the current
+// one (the current one when there is no other).
+func (s *Servers) nextLocked() int {
+	for i := 1; i < len(s.addrs); i++ {
+		j := (s.current + i) % len(s.addrs)
+		if s.usableLocked(s.addrs[j]) {
+			return j
+		}
+	}
+	return s.current
+}
+
+// usableLocked: addr is not waiting for its check, nor refused.
+func (s *Servers) usableLocked(addr string) bool {
+	_, refused := s.refused[addr]
+	return !s.pending[addr] && !refused
+}
+
+// usable is the number of addresses requests may go to (at least 1).
+func (s *Servers) usable() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.addrs {
+		if s.usableLocked(a) {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// Datacenter is the datacenter requests are sent to ("" before Identify,
+// unless given).
+func (s *Servers) Datacenter() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dc
+}
+
 // Transport wraps base: every request goes to the current address, and
-// fails over as the type's comment says.
+// fails over as the type's comment says. Identify and Run read each
+// address through base itself.
 func (s *Servers) Transport(base http.RoundTripper) http.RoundTripper {
+	s.probe = prober{rt: base, scheme: s.scheme}
 	return failoverTransport{s: s, base: base}
 }
 
@@ -180,12 +253,19 @@ type failoverTransport struct {
 func (t failoverTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	s := t.s
 	ctx := req.Context()
-	tries := len(s.Addresses())
+	tries := s.usable()
+	dc := s.Datacenter()
 	var lastErr error
 	for try := 0; try < tries; try++ {
 		addr := s.Current()
 		r := req.Clone(ctx)
 		r.URL.Host, r.Host = addr, addr
+		if dc != "" && !r.URL.Query().Has("dc") {
+			if r.URL.RawQuery != "" {
+				r.URL.RawQuery += "&"
+			}
+			r.URL.RawQuery += "dc=" + url.QueryEscape(dc)
+		}
 		if try > 0 {
 			if req.Body != nil && req.GetBody == nil {
 				return nil, lastErr // cannot send the body again
