@@ -43,6 +43,7 @@ type toK8sConfig struct {
 	Window          time.Duration
 	QPS             float64
 	Burst           int
+	DeletionGrace   time.Duration
 }
 
 // ToK8sModeEndpointSlices is the one mirror kind built so far.
@@ -66,6 +67,7 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "to-k8s-window", time.Second, "per-Service batching window of the Kubernetes writes")
 	fs.Float64Var(&c.QPS, "to-k8s-qps", 20, "budget of Kubernetes writes per second of the Consul -> Kubernetes direction")
 	fs.IntVar(&c.Burst, "to-k8s-burst", 40, "burst allowed above --to-k8s-qps")
+	fs.DurationVar(&c.DeletionGrace, "to-k8s-deletion-grace", stok8s.DefaultDeletionGrace, "a catalog answer that drops more than half of the mirrored Services (at least two) is held this long, then the catalog is read again before anything is deleted; an answer Consul filtered by ACLs is held until it no longer drops them")
 }
 
 func (c *toK8sConfig) validate() error {
@@ -82,6 +84,9 @@ func (c *toK8sConfig) validate() error {
 	}
 	if c.Window < 0 || c.QPS <= 0 || c.Burst < 1 {
 		return fmt.Errorf("--to-k8s-window must not be negative, --to-k8s-qps must be positive and --to-k8s-burst at least 1")
+	}
+	if c.DeletionGrace <= 0 {
+		return fmt.Errorf("--to-k8s-deletion-grace=%s: must be positive", c.DeletionGrace)
 	}
 	if err := (stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values}).Validate(); err != nil {
 		return fmt.Errorf("--to-k8s-allow/--to-k8s-deny: %w", err)
@@ -135,7 +140,7 @@ func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *co
 			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
 		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values, RequireTag: c.RequireTag},
 		Query: watch.Query{Tag: c.RequireTag, Filter: c.Filter}, Catalog: w.Services, Health: w.HealthQuery, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
-		Reporter: reporter, Log: log, Imports: imports,
+		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace,
 	})
 	feed.set(sup.ServiceChanged)
 	return sup.Run(ctx)

@@ -7,8 +7,9 @@
 // change, so an answer with the index already seen is dropped; an index
 // that goes back (Consul restored or restarted) or is 0 is a full re-read:
 // the answer in hand is delivered and the next query starts from 0 (from 1
-// for a 0, so that it blocks). Errors are retried with backoff; no error
-// ends a Loop, only its context.
+// for a 0, so that it blocks). Errors are retried with backoff, the
+// next query from 0 (a restarted server's index is lower than the one
+// held); no error ends a Loop, only its context.
 //
 // Reads may be served by any server (stale) to spread the load; an answer
 // whose server lost contact with the leader for longer than

@@ -54,6 +54,10 @@ func Loop[T any](ctx context.Context, fetch Fetch[T], deliver func(T), opts Loop
 				return
 			}
 			failures++
+			// The next query starts from 0: the server that answers it may
+			// be a restarted one whose index is lower, and a query with the
+			// old index would block there until its wait ends.
+			index = 0
 			if opts.OnError != nil {
 				opts.OnError(err, failures)
 			}

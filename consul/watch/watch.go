@@ -83,14 +83,22 @@ func (c *Client) tooStale(m *api.QueryMeta) bool {
 	return m != nil && c.opts.MaxStale > 0 && m.LastContact > c.opts.MaxStale
 }
 
+// Catalog is one answer of the catalog's service names.
+type Catalog struct {
+	Names map[string][]string // service name -> tags
+	// FilteredByACLs is true when Consul left names out that the token may
+	// not read: the answer is not the whole catalog.
+	FilteredByACLs bool
+}
+
 // Services returns every service name in the catalog and its tags, once the
 // catalog's index differs from index (at once for 0), or Wait passed.
-func (c *Client) Services(ctx context.Context, index uint64) (map[string][]string, uint64, error) {
+func (c *Client) Services(ctx context.Context, index uint64) (Catalog, uint64, error) {
 	stale := c.opts.MaxStale > 0
 	for {
 		m, meta, err := c.api.Catalog().Services(c.query(ctx, index, stale))
 		if err != nil {
-			return nil, 0, fmt.Errorf("consul catalog services: %w", err)
+			return Catalog{}, 0, fmt.Errorf("consul catalog services: %w", err)
 		}
 		if stale && c.tooStale(meta) {
 			stale = false
@@ -99,7 +107,7 @@ func (c *Client) Services(ctx context.Context, index uint64) (map[string][]strin
 		if m == nil {
 			m = map[string][]string{}
 		}
-		return m, meta.LastIndex, nil
+		return Catalog{Names: m, FilteredByACLs: meta.ResultsFilteredByACLs}, meta.LastIndex, nil
 	}
 }
 

@@ -61,7 +61,8 @@ func TestAggregate(t *testing.T) {
 
 // TestLoop drives Loop with scripted answers: unchanged returns are not
 // delivered, an index gone back is delivered and the next query asks from
-// 0, errors back off on the clock and do not end the loop.
+// 0, errors back off on the clock, do not end the loop and make the next
+// query ask from 0.
 func TestLoop(t *testing.T) {
 	type answer struct {
 		index uint64
@@ -100,7 +101,7 @@ func TestLoop(t *testing.T) {
 	}
 	clk.Step(time.Minute)
 	<-done
-	wantAsked := []uint64{0, 10, 10, 10, 11, 0, 4}
+	wantAsked := []uint64{0, 10, 10, 0, 11, 0, 4}
 	wantDelivered := []uint64{10, 11, 4, 4}
 	if !slices.Equal(asked, wantAsked) || !slices.Equal(delivered, wantDelivered) || errs != 1 {
 		t.Fatalf("asked %v (want %v), delivered %v (want %v), errors %d", asked, wantAsked, delivered, wantDelivered, errs)

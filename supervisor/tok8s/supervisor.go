@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,7 @@ import (
 
 // Catalog is the blocking query on the catalog's service names
 // (watch.Client.Services).
-type Catalog func(ctx context.Context, index uint64) (map[string][]string, uint64, error)
+type Catalog func(ctx context.Context, index uint64) (watch.Catalog, uint64, error)
 
 // Health is one blocking query on a Consul service's health, narrowed by
 // q (watch.Client.HealthQuery).
@@ -45,6 +46,10 @@ type Options struct {
 	Imports Imports
 	// Observe, when set, is told of every worker flush that wrote or failed.
 	Observe func(writes int, err error)
+	// DeletionGrace is how long a catalog answer that drops most mirrored
+	// Services is held before the catalog is read again (guard.go; default
+	// DefaultDeletionGrace).
+	DeletionGrace time.Duration
 }
 
 type running struct {
@@ -60,12 +65,20 @@ type Supervisor struct {
 	gate chan struct{}
 
 	mu       sync.Mutex
-	ctx      context.Context // Run's, once the gate is open
-	selected map[owned.Key]source
-	imports  map[owned.Key]importUnit
-	known    chan struct{} // closed at the first catalog answer
-	workers  map[owned.Key]*running
-	wg       sync.WaitGroup
+	ctx      context.Context      // Run's, once the gate is open
+	selected map[owned.Key]source // what the workers see: the latest answer, unless the guard holds
+
+	// The deletion guard (guard.go).
+	latest       map[owned.Key]source // the latest catalog answer's selection
+	filtered     bool                 // the latest answer was filtered by ACLs
+	holding      time.Time            // when the held mass drop began; zero: none held
+	heldFiltered bool                 // the hold of a filtered answer was logged
+	recheck      chan time.Duration   // the guard's next read, 1-buffered
+
+	imports map[owned.Key]importUnit
+	known   chan struct{} // closed at the first catalog answer
+	workers map[owned.Key]*running
+	wg      sync.WaitGroup
 }
 
 // New returns a supervisor; it does nothing until Run.
@@ -76,7 +89,10 @@ func New(opts Options) *Supervisor {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}),
+	if opts.DeletionGrace <= 0 {
+		opts.DeletionGrace = DefaultDeletionGrace
+	}
+	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}), recheck: make(chan time.Duration, 1),
 		selected: map[owned.Key]source{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
 }
 
@@ -102,19 +118,22 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		defer wg.Done()
 		first := true
-		watch.Loop(ctx, watch.Fetch[map[string][]string](s.opts.Catalog), func(names map[string][]string) {
-			s.setCatalog(names)
+		watch.Loop(ctx, watch.Fetch[watch.Catalog](s.opts.Catalog), func(c watch.Catalog) {
+			s.onCatalog(c, false)
 			if first {
 				first = false
 				close(s.known)
 			}
-			s.reconcile()
 		}, watch.LoopOptions{Clock: s.opts.Clock, OnError: func(err error, n int) {
 			if n == 1 || n%10 == 0 {
 				s.log.Warn("Consul catalog watch failed; retrying", "failures", n, "error", err)
 			}
 		}})
 	}()
+	if s.opts.Mirror {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.guardLoop(ctx) }()
+	}
 	if !s.opts.Owned.WaitForSync(ctx) || !s.loadImports(ctx) {
 		return nil
 	}
@@ -127,15 +146,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.ctx = ctx
 	s.mu.Unlock()
 	close(s.gate)
+	s.judge(false) // the answer in hand, against the objects as they are
 	s.log.Info("Consul -> Kubernetes bootstrapped", "units", len(s.units()))
-	s.reconcile()
 	<-ctx.Done()
 	s.wg.Wait()
 	return nil
 }
 
-// setCatalog replaces the selected mirror units by those of names.
-func (s *Supervisor) setCatalog(names map[string][]string) {
+// selection is the mirror units of a catalog answer's names.
+func (s *Supervisor) selection(names map[string][]string) map[owned.Key]source {
 	sel := map[owned.Key]source{}
 	if s.opts.Mirror {
 		for n, tags := range names {
@@ -144,9 +163,7 @@ func (s *Supervisor) setCatalog(names map[string][]string) {
 			}
 		}
 	}
-	s.mu.Lock()
-	s.selected = sel
-	s.mu.Unlock()
+	return sel
 }
 
 // units is every unit: the selected ones and those with marked objects.
@@ -224,8 +241,11 @@ func (s *Supervisor) reconcile() {
 	for _, k := range keys {
 		src := units[k]
 		if r := s.workers[k]; r != nil {
-			if r.src != src && src.consul != "" {
+			switch {
+			case r.src != src && src.consul != "":
 				r.cancel() // its end starts the new one
+			case src.consul == "":
+				r.w.Notify() // not selected (any more): its objects go
 			}
 			continue
 		}

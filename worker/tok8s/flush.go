@@ -40,6 +40,14 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 	if !known {
 		return 0, false, nil // nothing before the first health answer
 	}
+	if u.Mirror && len(entries) == 0 {
+		// Consul's catalog lists the name but it has no instance: the
+		// catalog's answer that drops the name is on its way, or Consul
+		// restarted empty, or the token cannot read the instances. Deleting
+		// a mirrored Service is the catalog's call (the supervisor's
+		// deletion guard), never an empty health answer's.
+		return 0, false, nil
+	}
 	eps, problems := w.opts.Config.Endpoints(entries)
 	var owner metav1.OwnerReference
 	if u.Mirror {
