@@ -65,6 +65,25 @@ func (e *env) changedSince(before map[string]string) []string {
 	return out
 }
 
+// mirrorOn starts fleetsync in mirror mode against own and waits until
+// names[i] is mirrored with its one instance at fmt.Sprintf(addr, i+1):port.
+func (e *env) mirrorOn(own *stack.Consul, addr string, port int, names []string, args ...string) *fixture.Daemon {
+	e.t.Helper()
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: append([]string{"--to-k8s", "--k8s-write-namespace=" + e.ns}, args...)})
+	must(e.t, err)
+	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
+		}
+		d.CloseT(e.t)
+	})
+	for i, n := range names {
+		e.waitSlices(n, fmt.Sprintf("%s-4-%d-0[IPv4:%d]: "+addr+"=true/true/false", n, port, port, i+1))
+	}
+	return d
+}
+
 // TestToK8sConsulDownThenEmpty: Consul unreachable: nothing is deleted.
 // Consul back empty (a dev agent keeps nothing): the answer that drops
 // every mirrored Service is held for --to-k8s-deletion-grace; the
@@ -87,19 +106,7 @@ func TestToK8sConsulDownThenEmpty(t *testing.T) {
 		}
 	}
 	register("passing")
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns},
-		Args: []string{"--to-k8s", "--k8s-write-namespace=" + e.ns, "--to-k8s-allow=" + p + "-*", "--to-k8s-deletion-grace=10s"}})
-	must(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
-		}
-		d.CloseT(t)
-	})
-	for i, n := range names {
-		e.waitSlices(n, fmt.Sprintf("%s-4-8080-0[IPv4:8080]: 10.81.0.%d=true/true/false", n, i+1))
-	}
+	d := e.mirrorOn(own, "10.81.0.%d", 8080, names, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=10s")
 	before := e.marked()
 
 	must(t, own.Kill())
@@ -153,19 +160,7 @@ key_prefix "fleetsync/clusters/" { policy = "write" }
 	for i, n := range names {
 		vmOn(t, own.Client, fmt.Sprintf("%s-vm%d", p, i), fmt.Sprintf("10.82.0.%d", i+1), n, 9090, "passing")
 	}
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns},
-		Args: []string{"--consul-token=" + tok.SecretID, "--to-k8s", "--k8s-write-namespace=" + e.ns, "--to-k8s-allow=" + p + "-*", "--to-k8s-deletion-grace=2s"}})
-	must(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
-		}
-		d.CloseT(t)
-	})
-	for i, n := range names {
-		e.waitSlices(n, fmt.Sprintf("%s-4-9090-0[IPv4:9090]: 10.82.0.%d=true/true/false", n, i+1))
-	}
+	d := e.mirrorOn(own, "10.82.0.%d", 9090, names, "--consul-token="+tok.SecretID, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=2s")
 	before := e.marked()
 
 	_, _, err = own.Client.ACL().PolicyUpdate(&consulapi.ACLPolicy{ID: policy.ID, Name: policy.Name, Rules: base}, nil)
