@@ -1,7 +1,8 @@
 // Package supervisor runs the fleet: it decides which Services are synced,
 // starts one worker goroutine per synced Service, routes each Kubernetes
 // event to its worker, and owns the lifecycle and readiness of the whole
-// fleet. It never writes to Consul itself. Whether Consul lost data is
+// fleet. It never writes to Consul itself (with shards, the fencing token
+// of a shard it gains is taken through Options.Fencing: consul/fence). Whether Consul lost data is
 // package supervisor/loss's to find; told of a loss, the supervisor has
 // every worker repair its Service from one read (repair.go).
 //

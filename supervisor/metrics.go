@@ -82,6 +82,7 @@ type Metrics struct {
 	shardMoves     *prometheus.CounterVec
 	idConflicts    prometheus.Counter
 	readPanics     *prometheus.CounterVec
+	fenced         prometheus.Counter
 
 	TxnDuration  prometheus.Histogram
 	TxnErrors    prometheus.Counter
@@ -150,6 +151,7 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 	m.idConflicts = f.NewCounter(prometheus.CounterOpts{Name: "fleetsync_shard_replica_id_conflicts_total",
 		Help: "Renewals of this replica's Lease by another process: --replica-id is not unique, and both processes hold the same shards."})
 	m.readPanics = newReadPanics(f)
+	m.fenced = newFenced(f)
 	m.TxnDuration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_consul_txn_duration_seconds",
 		Help:    "Duration of Consul transactions (one Raft apply each).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}})

@@ -39,15 +39,24 @@ func (s *Supervisor) HeldShards() []int {
 	return out
 }
 
-// GainShard makes this replica sync the Services of shard k. Before
+// GainShard makes this replica sync the Services of shard k. It first
+// takes the shard's fence (Options.Fencing), retrying while Consul does not
+// answer. Before
 // bootstrap it only records the shard (bootstrap starts its workers); after,
 // it reads the owned state of our node once and starts a worker for every
 // selected Service of the shard and every Service of the shard with owned
 // instances, each handed its owned state (so Services already right in
 // Consul cost no write). It returns early only if ctx ends.
 func (s *Supervisor) GainShard(ctx context.Context, k int) {
+	fence, ok := s.takeFence(ctx, k)
+	if !ok {
+		return
+	}
 	s.shardMu.Lock()
 	s.held[k] = true
+	if fence != nil {
+		s.fences[k] = fence
+	}
 	s.shardMu.Unlock()
 	s.opts.Hooks.Shards.ShardGained(k)
 	s.log.Info("Shard gained", "shard", k)
@@ -83,6 +92,7 @@ func (s *Supervisor) LoseShard(k int) {
 	s.shardMu.Lock()
 	had := s.held[k]
 	delete(s.held, k)
+	delete(s.fences, k)
 	s.shardMu.Unlock()
 	s.mu.Lock()
 	var stopping []*entry

@@ -82,6 +82,7 @@ type Options struct {
 	// nodes the cluster's Services are spread over (see ChooseNodes);
 	// false keeps Worker.Cluster's.
 	AutoNodes bool
+	Fencing   Fencing // the shards' fencing tokens in Consul (see Fencing)
 }
 
 // Supervisor runs one worker per synced Service. Create with New, run with
@@ -106,9 +107,10 @@ type Supervisor struct {
 	mu       sync.Mutex
 	ctx      context.Context // Run's context, set before bootstrap ends
 	workers  map[k8s.Key]*entry
-	stopping bool         // set once Run waits for its workers; no worker starts after
-	shardMu  sync.Mutex   // guards held; never held while taking mu
-	held     map[int]bool // shards held (unused when Options.Shards is 1)
+	stopping bool                 // set once Run waits for its workers; no worker starts after
+	shardMu  sync.Mutex           // guards held and fences; never held while taking mu
+	held     map[int]bool         // shards held (unused when Options.Shards is 1)
+	fences   map[int]consul.Guard // the tokens of the shards held (Fencing)
 	wg       sync.WaitGroup
 
 	// nodes is how many Consul nodes new instances are spread over, set
@@ -153,7 +155,7 @@ func New(opts Options) *Supervisor {
 		opts.Shards = 1
 	}
 	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), workers: map[k8s.Key]*entry{},
-		held: map[int]bool{}, early: map[k8s.Key]bool{}, problems: map[string]string{},
+		held: map[int]bool{}, fences: map[int]consul.Guard{}, early: map[k8s.Key]bool{}, problems: map[string]string{},
 		looks: worker.NewSlots(runtime.GOMAXPROCS(0))}
 	if opts.Metrics != nil {
 		opts.Metrics.attach(s)

@@ -99,6 +99,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned map[string]worker.Held, ownedK
 		DrainTimeout: s.opts.DrainTimeout,
 		ResyncPeriod: s.opts.ResyncPeriod,
 		OnLoss:       s.lossSeen,
+		Fence:        s.fenceOf(key),
 		OnName:       func(name string, derived bool) { s.nameSeen(key, name, derived) },
 	})
 }
@@ -117,6 +118,10 @@ func (s *Supervisor) runWorker(ctx context.Context, key k8s.Key, e *entry) {
 		}
 		if errors.Is(err, worker.ErrFinished) {
 			s.finished(key, e)
+			return
+		}
+		if errors.Is(err, worker.ErrFenced) {
+			s.fenced(key, e)
 			return
 		}
 		e.restarts++

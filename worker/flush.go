@@ -53,6 +53,9 @@ func (w *Worker) flush(ctx context.Context, s *scheduler) (finished bool) {
 	if res.window != nil {
 		s.Window = *res.window
 	}
+	if errors.Is(err, consul.ErrFenced) {
+		w.fenced = true // Run ends: the write is stale, never retried
+	}
 	if err != nil {
 		s.Dirty = true
 		if since != 0 {
@@ -207,6 +210,7 @@ func (w *Worker) write(ctx context.Context, ch consul.Change, attempt int, resyn
 		w.log.Trace("Writing", "register", idsOf(ch.Register, instanceID), "update", idsOf(ch.Update, updateID),
 			"deregister", idsOf(ch.Deregister, registeredID), "resync", resync, "attempt", attempt)
 	}
+	ch.Fence = w.opts.Fence
 	aside(func() { applied, err = w.opts.Store.Apply(ctx, ch) })
 	w.lastWrite = w.clock.Now()
 	if w.log.IsTrace() {

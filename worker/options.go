@@ -102,6 +102,11 @@ type Options struct {
 	// entries this worker wrote are gone or older than written: Consul
 	// lost or rolled back data, so every other worker should look too.
 	OnLoss func(reason string)
+	// Fence, when set, is the fencing token of the Service's shard
+	// (consul/fence): every transaction of the worker carries it. A write
+	// refused on it (consul.ErrFenced: another replica took the shard)
+	// ends Run with ErrFenced, without a retry or a final flush.
+	Fence consul.Guard
 	// OnName, when set, is told the Service's Consul name at every look,
 	// and whether it comes from the Kubernetes name (not the service-name
 	// annotation): the supervisor reports two Services that share one by

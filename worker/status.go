@@ -169,6 +169,8 @@ func (w *Worker) record(ctx context.Context, now time.Time, since int64, coalesc
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Stopping: not a failure worth a log line.
+	case errors.Is(err, consul.ErrFenced):
+		w.log.Warn("Write refused: another replica took the shard; stopping without a retry", "error", err)
 	case err != nil:
 		var pe *PanicError
 		if errors.As(err, &pe) {

@@ -42,6 +42,7 @@ type Worker struct {
 	resyncDue   bool                         // the next flush is an anti-entropy pass
 	early       *budget.Permit               // the budget waited for before the flush (waitBudgetFirst)
 	lookedEmpty bool                         // the last flush found nothing to write
+	fenced      bool                         // a write was refused on the shard's fence (ErrFenced)
 	resyncTimed bool                         // ... and only the period's (see unchangedSince)
 	// verified holds the indexes of the last read by name, if nothing
 	// was written since: a periodic pass that finds them unmoved has
@@ -107,6 +108,9 @@ func New(opts Options) *Worker {
 // Key returns the Service the worker owns.
 func (w *Worker) Key() k8s.Key { return w.opts.Key }
 
+// Fence returns the fence the worker writes under (Options.Fence).
+func (w *Worker) Fence() consul.Guard { return w.opts.Fence }
+
 // Notify tells the worker to look again. It never blocks: a burst of
 // notifications becomes one wake-up.
 func (w *Worker) Notify() {
@@ -169,9 +173,15 @@ func (w *Worker) Adopt(held map[string]Held, readStart time.Time) {
 // none of its instances remain in Consul: the worker has nothing left to do.
 var ErrFinished = errors.New("worker finished: service not synced and nothing left in consul")
 
+// ErrFenced is returned by Run when a write was refused on the shard's
+// fence (Options.Fence): another replica took the shard over. Nothing more
+// is written, the refused write included.
+var ErrFenced = errors.New("worker stopped: its shard was fenced by another replica")
+
 // Run keeps the Service in sync until ctx is done (then it returns nil,
-// after one last flush bounded by DrainTimeout if a change is pending) or
-// the Service is gone and deregistered (then it returns ErrFinished).
+// after one last flush bounded by DrainTimeout if a change is pending), the
+// Service is gone and deregistered (then it returns ErrFinished), or its
+// shard was fenced (ErrFenced).
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.waitGate(ctx); err != nil {
 		return nil
@@ -214,6 +224,9 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				if done := w.flushAside(ctx, &s); done {
 					return ErrFinished
+				}
+				if w.fenced {
+					return ErrFenced
 				}
 				switch blocked := w.blockedNow > 0 && w.opts.BlockedRecheck > 0; {
 				case blocked && blockedT == nil:
@@ -308,7 +321,7 @@ var ErrHandedOver = errors.New("service handed over to another replica")
 
 // drain attempts the pending flush when the worker is stopped.
 func (w *Worker) drain(ctx context.Context, s *scheduler) {
-	if errors.Is(context.Cause(ctx), ErrHandedOver) {
+	if errors.Is(context.Cause(ctx), ErrHandedOver) || w.fenced {
 		return
 	}
 	select {
@@ -338,5 +351,5 @@ func (e *PanicError) Error() string { return fmt.Sprintf("worker panicked: %v", 
 // Consul, rather than because Consul refused the change.
 func unreachable(err error) bool {
 	var pe *PanicError
-	return !errors.Is(err, consul.ErrConflict) && !errors.Is(err, consul.ErrRefused) && !errors.As(err, &pe)
+	return !errors.Is(err, consul.ErrConflict) && !errors.Is(err, consul.ErrRefused) && !errors.Is(err, consul.ErrFenced) && !errors.As(err, &pe)
 }

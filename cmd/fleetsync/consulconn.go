@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/conn"
+	"github.com/fleetsync/fleetsync/consul/fence"
 )
 
 // consulConn is fleetsync's way into Consul: the connection (addresses,
@@ -128,5 +129,10 @@ func neededPermissions(cfg config, first string) []conn.Permission {
 	if cfg.Claim {
 		claimKey = strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID
 	}
-	return conn.NeededPermissions(nodes, claimKey)
+	out := conn.NeededPermissions(nodes, claimKey)
+	if cfg.Shard.Shards > 1 {
+		// The shards' fencing tokens (consul/fence), under the claim prefix.
+		out = append(out, conn.Permission{Resource: "key", Segment: fence.Key(cfg.ClaimPrefix, cfg.ClusterID, 0), Access: "write"})
+	}
+	return out
 }

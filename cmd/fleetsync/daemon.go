@@ -89,6 +89,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	watcher := k8s.NewWatcherWith(kube, k8s.WatcherOptions{
 		Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"), OnService: imports.changed,
 	})
+	var shards *shard.Manager
+	sc := shardConfig(cfg.Shard, os.Getenv, os.Hostname)
 	sup = supervisor.New(supervisor.Options{
 		Selector:          selector(cfg),
 		Worker:            workerConfig(cfg, cluster, reserved.Lookup),
@@ -105,14 +107,13 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		// A key nobody writes: Consul answers a read of a missing key
 		// with the whole KV table's index (an existing key's is its own).
 		StateKey: strings.TrimSuffix(cfg.ClaimPrefix, "/") + "/" + cfg.ClusterID + ".index-probe",
+		Fencing:  fencing(cfg, sc, conn.Conn, conn.scope, metrics, func(k int) { shards.Fenced(k) }, log),
 	})
 	if err := sup.Selector().Validate(); err != nil {
 		return err
 	}
 	ready.sup = sup
-	var shards *shard.Manager
 	if cfg.Shard.Shards > 1 {
-		sc := shardConfig(cfg.Shard, os.Getenv, os.Hostname)
 		shards, err = shard.New(sc, shard.Deps{Client: kube, ClusterID: cfg.ClusterID, Fleet: sup, Log: log.Named("shards")})
 		if err != nil {
 			return err

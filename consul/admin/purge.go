@@ -13,6 +13,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/consul/conn"
+	"github.com/fleetsync/fleetsync/consul/fence"
 	"github.com/fleetsync/fleetsync/consul/internal/wire"
 )
 
@@ -220,8 +221,8 @@ type KeptNode struct {
 
 // Execute deregisters the plan's owned instances (reading again and
 // retrying after a conflict), reads again, and then deletes each node
-// that is still marked and empty, and the released claim when no node of
-// the cluster is left. It refuses to go on when owned instances are back
+// that is still marked and empty, and the released claim (with the
+// shards' fences under it) when no node of the cluster is left. It refuses to go on when owned instances are back
 // (a fleetsync of the id still runs) or the claim is held meanwhile.
 func (p *Purger) Execute(ctx context.Context, plan PurgePlan) (PurgeResult, error) {
 	res := PurgeResult{Cluster: p.cluster, Services: len(plan.ByService())}
@@ -302,6 +303,12 @@ func (p *Purger) removeClaim(ctx context.Context) (string, error) {
 	}
 	if !ok {
 		return "", fmt.Errorf("claim %s changed while purging; run purge again", key)
+	}
+	// The shards' fencing tokens (consul/fence) go with the claim: a
+	// fleetsync of the id that starts again takes them from generation 1.
+	fences := fence.KeyPrefix(prefix, p.cluster.ID())
+	if _, err := p.api.KV().DeleteTree(fences, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return key, fmt.Errorf("remove the shards' fences under %s: %w", fences, err)
 	}
 	return key, nil
 }

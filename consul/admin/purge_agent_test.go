@@ -12,6 +12,7 @@ import (
 	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/consul/claim"
 	"github.com/fleetsync/fleetsync/consul/conn"
+	"github.com/fleetsync/fleetsync/consul/fence"
 	"github.com/fleetsync/fleetsync/ownership"
 )
 
@@ -63,6 +64,13 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 	key := prefix + "/" + east.ID()
 	if ok, _, err := agent.Client.KV().Acquire(&api.KVPair{Key: key, Value: value, Session: session}, nil); err != nil || !ok {
 		t.Fatalf("acquire %s: %t, %v", key, ok, err)
+	}
+
+	// The fences of east's shards sit under its claim (consul/fence):
+	// not a cluster of the inventory; gone with the claim.
+	for k := range 2 {
+		_, err := agent.Client.KV().Put(&api.KVPair{Key: fence.Key(prefix, east.ID(), k), Value: []byte(`{"holder":"pod-east","generation":1}`)}, nil)
+		must(t, err)
 	}
 
 	inv, err := admin.Inspect(ctx, cn, prefix, ownership.Finder{})
@@ -123,6 +131,9 @@ func TestPurgeAndInventoryAgainstConsul(t *testing.T) {
 	}
 	if pair, _, err := agent.Client.KV().Get(key, nil); err != nil || pair != nil {
 		t.Errorf("claim %s after the purge: %+v, %v", key, pair, err)
+	}
+	if keys, _, err := agent.Client.KV().Keys(fence.KeyPrefix(prefix, east.ID()), "", nil); err != nil || len(keys) != 0 {
+		t.Errorf("shard fences after the purge: %v, %v", keys, err)
 	}
 	left, err := consul.NewConnClient(cn, west, consul.Options{}).ReadNode(ctx)
 	must(t, err)

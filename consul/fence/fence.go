@@ -12,8 +12,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/fleetsync/fleetsync/consul"
 )
@@ -39,18 +37,17 @@ type Options struct {
 	// Scope puts the keys in a namespace and partition (as the claim's).
 	Scope consul.Scope
 	Log   hclog.Logger // default: none
-	// Registerer receives fleetsync_shard_fenced_total (nil: not
-	// registered).
-	Registerer prometheus.Registerer
+	// OnFenced, when set, is told of each token found fenced (once per
+	// token): the metric fleetsync_shard_fenced_total.
+	OnFenced func(shard int)
 	// Now is the clock of the values' TakenAt (default time.Now).
 	Now func() time.Time
 }
 
 // Fences takes the tokens of one replica's shards.
 type Fences struct {
-	api    *api.Client
-	opts   Options
-	fenced prometheus.Counter
+	api  *api.Client
+	opts Options
 }
 
 // New returns the Fences of opts.ClusterID's shards held by opts.Holder.
@@ -68,12 +65,7 @@ func New(c *api.Client, opts Options) *Fences {
 		opts.Now = time.Now
 	}
 	opts.Scope = opts.Scope.Normal()
-	f := &Fences{api: c, opts: opts}
-	f.fenced = promauto.With(opts.Registerer).NewCounter(prometheus.CounterOpts{
-		Name: "fleetsync_shard_fenced_total",
-		Help: "Transactions Consul refused on their shard's fencing token because another replica had taken the shard; this replica stopped the shard's workers and did not retry them.",
-	})
-	return f
+	return &Fences{api: c, opts: opts}
 }
 
 // Key is the token key of shard k of cluster id under the claim prefix.
@@ -179,7 +171,9 @@ func (t *Token) Failed(ctx context.Context) error {
 		why := fmt.Sprintf("%s: shard %d taken by replica %q (fence %s at generation %d; this replica's is %d): its transaction refused, not retried",
 			consul.ErrFenced.Error(), t.shard, have.Holder, t.key, have.Generation, t.gen)
 		t.state.Store(&tokenState{fenced: why})
-		t.f.fenced.Inc()
+		if t.f.opts.OnFenced != nil {
+			t.f.opts.OnFenced(t.shard)
+		}
 		t.f.opts.Log.Warn("Shard fenced: another replica took it; a transaction of this replica was refused and is not retried",
 			"shard", t.shard, "holder", have.Holder, "generation", have.Generation, "own_generation", t.gen)
 		return &consul.TxnError{Fenced: why}

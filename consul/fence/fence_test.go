@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/consultest"
@@ -18,16 +17,16 @@ import (
 type replica struct {
 	fences *Fences
 	store  *consul.Client
-	reg    *prometheus.Registry
+	fenced *atomic.Int64 // OnFenced calls
 }
 
 func newReplica(t *testing.T, twin *consultest.Server, owner ownership.Cluster, id string) replica {
 	t.Helper()
-	reg := prometheus.NewRegistry()
+	n := &atomic.Int64{}
 	return replica{
-		fences: New(twin.Client(), Options{ClusterID: owner.ID(), Holder: id, Registerer: reg}),
+		fences: New(twin.Client(), Options{ClusterID: owner.ID(), Holder: id, OnFenced: func(int) { n.Add(1) }}),
 		store:  consul.NewClient(twin.Client(), owner, consul.Options{}),
-		reg:    reg,
+		fenced: n,
 	}
 }
 
@@ -99,8 +98,8 @@ func TestStaleFenceRefusesTheWholeTransaction(t *testing.T) {
 	if !errors.Is(err, consul.ErrFenced) || errors.Is(err, consul.ErrConflict) || !errors.As(err, &te) || !te.Fence {
 		t.Fatalf("A's stale write: err = %v, want a *TxnError on the fence matching ErrFenced and not ErrConflict", err)
 	}
-	if n := testutil.ToFloat64(a.fences.fenced); n != 1 {
-		t.Fatalf("fleetsync_shard_fenced_total = %v, want 1", n)
+	if n := a.fenced.Load(); n != 1 {
+		t.Fatalf("OnFenced called %d times, want 1", n)
 	}
 	_, err = a.store.Apply(ctx, consul.Change{Register: ins[3:], Fence: ta})
 	if !errors.Is(err, consul.ErrFenced) {
@@ -109,8 +108,8 @@ func TestStaleFenceRefusesTheWholeTransaction(t *testing.T) {
 	if sent := twin.Txns() - before; sent != 1 {
 		t.Fatalf("%d transactions reached Consul after B took the shard, want 1 (A's first, refused; the second never sent)", sent)
 	}
-	if n := testutil.ToFloat64(a.fences.fenced); n != 1 {
-		t.Fatalf("fleetsync_shard_fenced_total = %v after the second refusal, want 1", n)
+	if n := a.fenced.Load(); n != 1 {
+		t.Fatalf("OnFenced called %d times after the second refusal, want 1", n)
 	}
 	now, err := b.store.ReadNode(ctx)
 	if err != nil {
@@ -166,8 +165,8 @@ func TestFenceKeptAcrossLossAndRewrite(t *testing.T) {
 	if _, err := a.store.Apply(ctx, consul.Change{Register: ins[1:2], Fence: tok}); err != nil {
 		t.Fatalf("write after the fence key was rewritten at its generation: %v", err)
 	}
-	if n := testutil.ToFloat64(a.fences.fenced); n != 0 {
-		t.Fatalf("fleetsync_shard_fenced_total = %v, want 0", n)
+	if n := a.fenced.Load(); n != 0 {
+		t.Fatalf("OnFenced called %d times, want 0", n)
 	}
 }
 

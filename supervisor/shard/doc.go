@@ -63,7 +63,10 @@
 //
 // Behind these, Consul's CAS (every write conditional on the index the
 // worker read) keeps a worker that still ran from overwriting the new
-// holder's writes.
+// holder's writes, and each shard's fencing token in Consul (consul/fence,
+// taken by the Fleet as it gains the shard) refuses every transaction of
+// a replica that froze past its Lease: Manager.Fenced then hands the shard
+// over.
 //
 // # Clocks and errors
 //

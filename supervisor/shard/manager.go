@@ -79,6 +79,11 @@ type Manager struct {
 	foreign     int
 	foreignLogs time.Time
 
+	// fenced holds the shards whose writes were refused on their fence
+	// (Fenced), to hand over at the next reconcile.
+	fencedMu sync.Mutex
+	fenced   map[int]bool
+
 	// 403s of the Lease watch and of the replica Lease's writes: see
 	// forbids.
 	watchForbids, writeForbids forbids
@@ -137,7 +142,7 @@ func newManager(cfg Config, d Deps) *Manager {
 	}
 	m := &Manager{cfg: cfg, names: names{cluster: d.ClusterID, identity: cfg.ReplicaID}, api: d.Client, fleet: d.Fleet,
 		log: d.Log, clock: d.Clock, electors: map[int]*elector{},
-		wake: make(chan struct{}, 1), fatal: make(chan error, 1), seen: map[string]sighting{}}
+		wake: make(chan struct{}, 1), fatal: make(chan error, 1), seen: map[string]sighting{}, fenced: map[int]bool{}}
 	m.setReady("shards: waiting for the fleet's bootstrap and the Lease watch")
 	return m
 }
@@ -226,6 +231,10 @@ func (m *Manager) reconcile(ctx context.Context, renew bool) (time.Time, error) 
 			return time.Time{}, nil
 		}
 		m.writeForbids.answered()
+	}
+	for _, k := range m.takeFenced() {
+		m.log.Warn("Handing over a fenced shard: another replica took it while this one could not renew", "shard", k)
+		m.handOver(k)
 	}
 	v := m.observe()
 	if renew {
@@ -319,4 +328,32 @@ func (m *Manager) shutdown() {
 		wg.Go(func() { m.handOver(k) })
 	}
 	wg.Wait()
+}
+
+// Fenced tells the Manager that a write of shard k was refused on the
+// shard's fence in Consul: another replica took the shard while this one
+// could not see it (frozen past its Lease). The next reconcile hands the
+// shard over (Fleet.LoseShard, the election stopped, the Lease released
+// if it still names this replica); Decide may run for it again later,
+// like for any free shard. It does not block.
+func (m *Manager) Fenced(k int) {
+	m.fencedMu.Lock()
+	m.fenced[k] = true
+	m.fencedMu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeFenced returns the shards Fenced named since the last call.
+func (m *Manager) takeFenced() []int {
+	m.fencedMu.Lock()
+	defer m.fencedMu.Unlock()
+	out := make([]int, 0, len(m.fenced))
+	for k := range m.fenced {
+		out = append(out, k)
+	}
+	clear(m.fenced)
+	return out
 }
