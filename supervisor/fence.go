@@ -103,7 +103,7 @@ func (s *Supervisor) fenced(key k8s.Key, e *entry) {
 // notHeld is the fence of a shard this replica does not hold: it refuses.
 type notHeld struct{}
 
-func (notHeld) Op() (*api.TxnOp, error) {
+func (notHeld) Ops() (api.TxnOps, error) {
 	return nil, &consul.TxnError{Fenced: consul.ErrFenced.Error() + ": the shard is not held by this replica"}
 }
 

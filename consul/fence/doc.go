@@ -8,11 +8,11 @@
 // takes the token (Fences.Take): it writes generation+1 naming itself,
 // CAS on the index it read, and keeps the index it wrote. Every catalog
 // transaction of that shard's workers carries a check-index on the key
-// (Token.Op, a consul.Guard given as consul.Change.Fence), next to the
+// (Token.Ops, a consul.Guard given as consul.Change.Fence), next to the
 // cluster-id claim's. Once another replica has taken the shard, the key's
 // index has moved and Consul refuses the whole transaction; Token.Failed
 // reads the key, sees the newer generation, and from then on the token
-// refuses every write (Op returns an error matching consul.ErrFenced)
+// refuses every write (Ops returns an error matching consul.ErrFenced)
 // without sending it: the stale write is never retried.
 //
 // A refused check whose key still names this replica at this generation
