@@ -158,7 +158,8 @@ func aclNotFound(resp *http.Response) bool {
 
 // NewAPIClient builds a consul/api client whose requests carry ts's token
 // and use cfg's TLS settings; with servers (nil: cfg.Address alone) they go
-// to one of several addresses and fail over (see Servers).
+// to one of several addresses and fail over (see Servers). No answer's
+// body is read past maxAnswer bytes.
 func NewAPIClient(cfg *api.Config, ts *TokenSource, servers ...*Servers) (*api.Client, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = api.DefaultConfig().Transport
@@ -179,7 +180,7 @@ func NewAPIClient(cfg *api.Config, ts *TokenSource, servers ...*Servers) (*api.C
 		hc.Transport = s.Transport(hc.Transport)
 		cfg.Address = s.Current()
 	}
-	hc.Transport = ts.Transport(hc.Transport)
+	hc.Transport = cappedTransport{base: ts.Transport(hc.Transport), max: maxAnswer}
 	cfg.HttpClient = hc
 	cfg.Token, cfg.TokenFile = "", "" // the transport sets the header
 	return api.NewClient(cfg)

@@ -22,6 +22,7 @@ var tracks = [][]string{
 	{"consul-leader-kill9", "consul-follower-restart", "consul-cluster-restart", "consul-snapshot-restore"},
 	{"kube-apiserver-restart", "etcd-compaction-relist", "fleetsync-kill9", "fleetsync-sigterm", "consul-stall"},
 	{"tampered-entry"},
+	{"consul-garbage"},
 }
 
 // errNotYet: the fault cannot be injected yet (no snapshot old enough, no
@@ -248,6 +249,8 @@ func (w *world) fault(ctx context.Context, kind string, rng *rand.Rand) error {
 		return nil
 	case "tampered-entry":
 		return w.tamper(ctx, rng, hold)
+	case "consul-garbage":
+		return w.garbageFault(ctx, rng, hold)
 	}
 	return fmt.Errorf("unknown fault %q", kind)
 }

@@ -36,7 +36,8 @@ type replica struct {
 	cluster *cluster
 	args    []string
 	proxy   *fixture.StallProxy
-	server  int // the Consul server the proxy forwards to
+	garbage *garbageProxy // in front of proxy: the consul-garbage fault
+	server  int           // the Consul server the proxy forwards to
 	txns    atomic.Int64
 	stalled atomic.Bool
 	busy    atomic.Bool // a fault is stopping or restarting it
@@ -163,8 +164,11 @@ func (w *world) startDaemons() error {
 				}
 				return r.stalled.Load()
 			})
+			if r.garbage, err = newGarbageProxy(p.Addr()); err != nil {
+				return err
+			}
 			d, err := fixture.SpawnDaemon(w.ctx, fixture.DaemonConfig{
-				ClusterID: c.id, Kubeconfig: w.kube.KubeconfigPath, ConsulAddr: p.Addr(),
+				ClusterID: c.id, Kubeconfig: w.kube.KubeconfigPath, ConsulAddr: r.garbage.addr(),
 				Namespaces: []string{c.ns}, Args: r.args, Name: "fleetsync-" + r.id, Tags: w.opts.tags,
 			})
 			if err != nil {
@@ -206,6 +210,9 @@ func (w *world) stopAll() {
 				}
 				_ = os.WriteFile(filepath.Join(w.opts.out, "fleetsync-"+r.id+".log"), all, 0o644)
 				_ = d.Close()
+			}
+			if r.garbage != nil {
+				_ = r.garbage.close()
 			}
 			if r.proxy != nil {
 				_ = r.proxy.Close()
