@@ -185,25 +185,25 @@ func TestFailBack(t *testing.T) {
 	if _, err := s.Identify(t.Context(), ""); err != nil {
 		t.Fatal(err)
 	}
-	for round, wait := range []time.Duration{failbackMin, 2 * failbackMin} {
+	for fail, wait := range []time.Duration{failbackMin, 2 * failbackMin} {
 		first.noLead.Store(true)
 		if _, err := send(t, rt, "/v1/txn"); err != nil || s.Current() != second.addr() {
-			t.Fatalf("round %d: %v, current %s; want the second address", round, err, s.Current())
+			t.Fatalf("failure %d: %v, current %s; want the second address", fail, err, s.Current())
 		}
 		first.noLead.Store(false)
 		clk.Step(wait - time.Millisecond)
 		s.failBack(t.Context())
 		if s.Current() != second.addr() {
-			t.Fatalf("round %d: back to the first address before %s", round, wait)
+			t.Fatalf("failure %d: back to the first address before %s", fail, wait)
 		}
 		clk.Step(time.Millisecond)
 		s.failBack(t.Context())
 		if s.Current() != first.addr() {
-			t.Fatalf("round %d: still on %s %s after the first failed; want the first again", round, s.Current(), wait)
+			t.Fatalf("failure %d: still on %s %s after the first failed; want the first again", fail, s.Current(), wait)
 		}
 		n := len(first.asked())
 		if _, err := send(t, rt, "/v1/txn"); err != nil || len(first.asked()) != n+1 {
-			t.Fatalf("round %d: the next request did not go to the first address (%v)", round, err)
+			t.Fatalf("failure %d: the next request did not go to the first address (%v)", fail, err)
 		}
 		clk.Step(time.Second) // fails again within failbackCalm: the wait doubles
 	}
