@@ -66,6 +66,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	perWorker, _ := supervisor.ParsePerWorker(cfg.MetricsPerWorker) // validated
 	metrics := supervisor.NewMetrics(reg, perWorker)
+	toK8s := newToK8sFleet(cfg.ToK8s, reg, perWorker)
 	var sup *supervisor.Supervisor
 	release := newReleaser(func() bool { return sup != nil && sup.Bootstrapped() }, mem.GCPercent)
 	store := consul.NewConnClient(conn.Conn, cluster, consul.Options{
@@ -126,7 +127,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: newMux(sup, reg, ready, cfg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newMux(sup, toK8s, reg, ready, cfg), ReadHeaderTimeout: 10 * time.Second}
 	if consul.BrokenBuild() {
 		log.Error("THIS IS A DELIBERATELY BROKEN TEST BUILD (-tags fleetsync_broken_nodelete): it never deletes an instance; never run it against a real Consul")
 	}
@@ -194,7 +195,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		}
 		if cfg.ToK8s.Enabled || cfg.ToK8s.Import {
 			g.Go(func() error {
-				return runToK8s(gctx, cfg.ToK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, watcher, imports, log.Named("to-k8s"))
+				return runToK8s(gctx, cfg.ToK8s, toK8s, restCfg, conn.Conn, conn.scope, cluster, recorder, watcher, imports, log.Named("to-k8s"))
 			})
 		}
 		return sup.Run(gctx)

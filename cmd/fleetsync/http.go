@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,9 +17,10 @@ import (
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/worker"
+	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
 )
 
-func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, ready *readiness, cfg config) *http.ServeMux {
+func newMux(sup *supervisor.Supervisor, toK8s *toK8sFleet, reg *prometheus.Registry, ready *readiness, cfg config) *http.ServeMux {
 	mux := http.NewServeMux()
 	if cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -38,6 +40,20 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, ready *readine
 	})
 	mux.HandleFunc("GET /debug/workers", func(w http.ResponseWriter, r *http.Request) {
 		ns, state := r.URL.Query().Get("namespace"), r.URL.Query().Get("state")
+		var toK8sRows []wtok8s.Status
+		for _, st := range toK8s.workers() {
+			if ns == "" || st.Namespace == ns {
+				toK8sRows = append(toK8sRows, st)
+			}
+		}
+		if r.URL.Query().Get("direction") == "to-k8s" {
+			if wantsText(r) {
+				writeToK8sTable(w, toK8sRows)
+				return
+			}
+			writeJSON(w, toK8sRows)
+			return
+		}
 		var out []worker.Status
 		for _, st := range sup.Workers() {
 			if (ns == "" || st.Namespace == ns) && (state == "" || string(st.State) == state) {
@@ -46,6 +62,10 @@ func newMux(sup *supervisor.Supervisor, reg *prometheus.Registry, ready *readine
 		}
 		if wantsText(r) {
 			writeTable(w, out)
+			if len(toK8sRows) > 0 {
+				fmt.Fprintln(w, "\nConsul -> Kubernetes (?direction=to-k8s):")
+				writeToK8sTable(w, toK8sRows)
+			}
 			return
 		}
 		writeJSON(w, out)
@@ -86,6 +106,28 @@ func writeTable(w http.ResponseWriter, sts []worker.Status) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%t\t%s\t%s\n", s.Namespace, s.Service, s.State, s.Window,
 			s.Desired, s.Registered, s.Pending, last, s.LastError)
+	}
+	_ = tw.Flush()
+}
+
+// writeToK8sTable writes the Consul -> Kubernetes workers' rows.
+func writeToK8sTable(w http.ResponseWriter, sts []wtok8s.Status) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tCONSUL SERVICE\tMODE\tENDPOINTS\tWRITES\tFLUSHES\tERRORS\tLAST FLUSH\tTOOK\tLAST ERROR")
+	for _, s := range sts {
+		mode, last, consul := "import", "-", s.ConsulService
+		if s.Mirror {
+			mode = "mirror"
+		}
+		if consul == "" {
+			consul = "- (deleting)"
+		}
+		if !s.LastFlush.IsZero() {
+			last = s.LastFlush.UTC().Format("15:04:05.000")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Namespace, s.Service, consul, mode,
+			s.Endpoints, s.Writes, s.Flushes, s.Errors, last, s.LastFlushDuration.Round(time.Microsecond), s.LastError)
 	}
 	_ = tw.Flush()
 }

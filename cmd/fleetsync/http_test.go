@@ -69,7 +69,7 @@ func TestPprofCmdlineRedacted(t *testing.T) {
 	t.Cleanup(func() { os.Args = saved })
 	os.Args = []string{"/bin/fleetsync", "--cluster-id=east", "--consul-token=s3cret-a", "--consul-token", "s3cret-b", "--consul-token-file=/etc/token"}
 
-	srv := httptest.NewServer(newMux(nil, prometheus.NewRegistry(), nil, config{EnablePprof: true}))
+	srv := httptest.NewServer(newMux(nil, nil, prometheus.NewRegistry(), nil, config{EnablePprof: true}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/debug/pprof/cmdline")
 	if err != nil {

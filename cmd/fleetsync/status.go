@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetsync/fleetsync/consul/admin"
 	"github.com/fleetsync/fleetsync/ownership"
+	"github.com/fleetsync/fleetsync/ownership/k8smark"
 )
 
 // The operator subcommands (status, purge) reach Consul exactly as the
@@ -87,6 +88,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	registerConsulFlags(fs, &cfg)
 	output := fs.String("o", "table", "output format: table or json")
+	toK8s := fs.Bool("to-k8s", false, "also list the Consul -> Kubernetes objects in the Kubernetes cluster of --kubeconfig/--context: per cluster id and Service, the Services and EndpointSlices carrying a to-k8s mark (mirror or import mode), their endpoints and how many are ready")
+	registerKubeFlags(fs, &cfg)
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fleetsync status [flags]\n\n"+
@@ -94,7 +97,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			"(k8s-<cluster-id>), the services and instances carrying its ownership mark, their checks, the\n"+
 			"entries on its node without the mark, the highest ModifyIndex of the node and its entries\n"+
 			"(Consul keeps no write times; deletes leave no index), and its cluster-id claim: held by a\n"+
-			"running fleetsync, or released. Read-only.\n\nFlags:\n")
+			"running fleetsync, or released. With --to-k8s, also the Kubernetes objects of the Consul -> Kubernetes\n"+
+			"direction (read from --kubeconfig/--context). Read-only.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseSubcommand(fs, &cfg, args, stderr); !ok {
@@ -117,6 +121,19 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep := statusReport{Consul: conn.URL(), Inventory: inv}
+	if *toK8s {
+		kube, err := kubeClient(cfg)
+		if err == nil {
+			rep.ToK8s, err = listMirrored(ctx, kube, k8smark.LabelManagedBy+"="+k8smark.ManagedBy)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "fleetsync status:", err)
+			return 1
+		}
+		if rep.ToK8s == nil {
+			rep.ToK8s = []*mirrored{}
+		}
+	}
 	if *output == "json" {
 		err = writeStatusJSON(stdout, rep)
 	} else {
@@ -134,6 +151,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 type statusReport struct {
 	Consul string `json:"consul"`
 	admin.Inventory
+	// ToK8s is what status --to-k8s found in Kubernetes (nil without it).
+	ToK8s []*mirrored `json:"toK8s,omitempty"`
 }
 
 func writeStatusJSON(w io.Writer, rep statusReport) error {
@@ -166,6 +185,12 @@ func writeStatusTable(w io.Writer, rep statusReport) error {
 		fmt.Fprintf(w, "\nConsul %s, catalog index %d. FOREIGN: entries on the node without the cluster's mark (fleetsync never touches them).\n"+
 			"CLAIM: held (a fleetsync runs) or released, by the Kubernetes cluster with that kube-system UID.\n",
 			rep.Consul, rep.Index)
+	}
+	if rep.ToK8s != nil {
+		fmt.Fprintf(w, "\nConsul -> Kubernetes (objects labelled %s=%s):\n", k8smark.LabelManagedBy, k8smark.ManagedBy)
+		if err := writeMirroredTable(w, rep.ToK8s); err != nil {
+			return err
+		}
 	}
 	if len(rep.Others) > 0 {
 		fmt.Fprintf(w, "\nOther nodes with %s=%s (not fleetsync's; consul-k8s writes to k8s-sync):\n", ownership.MetaExternalSource, ownership.ExternalSource)

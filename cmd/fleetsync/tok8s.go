@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/fleetsync/fleetsync/k8s/owned"
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/ownership/k8smark"
+	"github.com/fleetsync/fleetsync/supervisor"
 	stok8s "github.com/fleetsync/fleetsync/supervisor/tok8s"
 	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
 )
@@ -99,8 +102,40 @@ func (c *toK8sConfig) validate() error {
 	return nil
 }
 
+// toK8sFleet is the Consul -> Kubernetes fleet as the HTTP listener sees
+// it: its metrics, and its supervisor once running. A nil *toK8sFleet is
+// a daemon without that direction.
+type toK8sFleet struct {
+	metrics *stok8s.Metrics
+	sup     atomic.Pointer[stok8s.Supervisor]
+}
+
+// newToK8sFleet registers the fleet's metrics with reg when the direction
+// is on (--to-k8s or --to-k8s-import), else returns nil.
+func newToK8sFleet(c toK8sConfig, reg prometheus.Registerer, perWorker supervisor.PerWorker) *toK8sFleet {
+	if !c.Enabled && !c.Import {
+		return nil
+	}
+	n := perWorker.TopK
+	if perWorker.All {
+		n = -1
+	}
+	return &toK8sFleet{metrics: stok8s.NewMetrics(reg, n)}
+}
+
+// workers is every running to-k8s worker's status (none before the fleet runs).
+func (f *toK8sFleet) workers() []wtok8s.Status {
+	if f == nil {
+		return nil
+	}
+	if sup := f.sup.Load(); sup != nil {
+		return sup.Workers()
+	}
+	return nil
+}
+
 // runToK8s runs the Consul -> Kubernetes fleet until ctx is done.
-func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *consulconn.Conn, scope consul.Scope,
+func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *rest.Config, conn *consulconn.Conn, scope consul.Scope,
 	cluster ownership.Cluster, reporter wtok8s.Reporter, services *k8s.Watcher, feed *serviceFeed, log hclog.Logger) error {
 	mark, err := k8smark.New(cluster.ID())
 	if err != nil {
@@ -140,8 +175,9 @@ func runToK8s(ctx context.Context, c toK8sConfig, restCfg *rest.Config, conn *co
 			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
 		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values, RequireTag: c.RequireTag},
 		Query: watch.Query{Tag: c.RequireTag, Filter: c.Filter}, Catalog: w.Services, Health: w.HealthQuery, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
-		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace,
+		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace, Metrics: fleet.metrics,
 	})
+	fleet.sup.Store(sup)
 	feed.set(sup.ServiceChanged)
 	return sup.Run(ctx)
 }

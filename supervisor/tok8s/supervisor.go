@@ -50,6 +50,8 @@ type Options struct {
 	// Services is held before the catalog is read again (guard.go; default
 	// DefaultDeletionGrace).
 	DeletionGrace time.Duration
+	// Metrics, when set, are this fleet's (NewMetrics).
+	Metrics *Metrics
 }
 
 type running struct {
@@ -92,8 +94,12 @@ func New(opts Options) *Supervisor {
 	if opts.DeletionGrace <= 0 {
 		opts.DeletionGrace = DefaultDeletionGrace
 	}
-	return &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}), recheck: make(chan time.Duration, 1),
+	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}), recheck: make(chan time.Duration, 1),
 		selected: map[owned.Key]source{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
+	if opts.Metrics != nil {
+		opts.Metrics.sup.Store(s)
+	}
+	return s
 }
 
 // Bootstrapped is closed once the gate is open.
@@ -259,12 +265,17 @@ func (s *Supervisor) start(ctx context.Context, k owned.Key, src source) {
 	health, cfg := s.feed(src)
 	unit, _, _ := s.unitLocked(k)
 	unit.ConsulName = src.consul
-	w := wtok8s.New(wtok8s.Options{
+	var w *wtok8s.Worker
+	w = wtok8s.New(wtok8s.Options{
 		Unit:   unit,
 		Config: cfg, Lookup: s.lookup(k), Health: health, Owned: s.opts.Owned, Writer: s.opts.Writer,
-		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate, Observe: s.opts.Observe,
+		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate,
+		Observe: func(writes int, err error) { s.observe(w.Status(), writes, err) },
 	})
 	r := &running{w: w, cancel: cancel, src: src}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.started.Inc()
+	}
 	s.workers[k] = r
 	s.wg.Add(1)
 	go func() {

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +85,7 @@ func TestToK8sSelect(t *testing.T) {
 	imp("bad-filter", "fleetsync.io/consul-filter", `Service.Meta.env ==`)
 	imp("bad-window", "fleetsync.io/window", "soon")
 
-	e.daemon("--to-k8s-import", "--to-k8s", "--k8s-write-namespace="+e.ns, "--to-k8s-allow="+p+"-m-*",
+	d := e.daemon("--to-k8s-import", "--to-k8s", "--k8s-write-namespace="+e.ns, "--to-k8s-allow="+p+"-m-*",
 		"--to-k8s-require-tag=mirror", `--to-k8s-filter=Service.Meta.env == "prod"`)
 	e.waitSlices("by-tag", "by-tag-4-5432-0[IPv4:5432]: 10.81.0.1=true/true/false 10.81.0.3=true/true/false")
 	e.waitSlices("by-filter", "by-filter-4-5432-0[IPv4:5432]: 10.81.0.1=true/true/false 10.81.0.2=true/true/false")
@@ -107,4 +110,72 @@ func TestToK8sSelect(t *testing.T) {
 	// The instance gains the required tag: mirrored.
 	taggedInstance(t, p+"-vm7", "10.81.0.7", mB, "b1", 80, []string{"mirror"}, map[string]string{"env": "prod"})
 	e.waitSlices(mB, mB+"-4-80-0[IPv4:80]: 10.81.0.7=true/true/false")
+
+	e.operateToK8s(d, mA, mB)
+}
+
+// operateToK8s checks the operator's view of a running to-k8s fleet
+// (TestToK8sSelect's): /debug/workers?direction=to-k8s and the per-worker
+// metrics; then, the daemon stopped, status --to-k8s lists the mirrored
+// and imported Services and purge --to-k8s (dry run, then --yes) deletes
+// exactly this cluster's marked objects: never the user's import-mode
+// Services, nor another cluster's marked objects.
+func (e *env) operateToK8s(d *fixture.Daemon, mA, mB string) {
+	t := e.t
+	code, body, err := d.Get(e.ctx, "/debug/workers?direction=to-k8s", "text/plain")
+	if err != nil || code != 200 || !regexp.MustCompile(`(?m)^`+e.ns+` +by-all +\S+-pg +import +1 +1 +1 +0 `).MatchString(body) ||
+		!regexp.MustCompile(`(?m)^`+e.ns+` +`+mA+` +`+mA+` +mirror +1 +2 `).MatchString(body) {
+		t.Errorf("GET /debug/workers?direction=to-k8s: %d %v\n%s", code, err, body)
+	}
+	code, body, err = d.Get(e.ctx, "/metrics", "")
+	if err != nil || code != 200 || !strings.Contains(body, `fleetsync_tok8s_worker_endpoints{namespace="`+e.ns+`",service="by-filter"} 2`) ||
+		!strings.Contains(body, `fleetsync_tok8s_workers 5`) {
+		t.Errorf("GET /metrics: %d %v: no to-k8s series of by-filter, or not 5 workers", code, err)
+	}
+	// Another cluster's mirror in the same namespace: never this cluster's to purge.
+	other := fixture.Service(e.ns, "other-mirror", nil, map[string]int32{"http": 80})
+	other.Labels = map[string]string{"endpointslice.kubernetes.io/managed-by": "to-k8s.fleetsync.io", "fleetsync.io/cluster": "zz" + e.cluster}
+	must(t, fixture.ApplyService(e.ctx, kube.Client, other))
+	must(t, d.Stop())
+
+	bin, err := fixture.Build()
+	must(t, err)
+	cli := func(args ...string) string {
+		t.Helper()
+		args = append(args, "--consul-address="+consul.Addr, "--kubeconfig="+kube.KubeconfigPath)
+		out, err := exec.CommandContext(e.ctx, bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fleetsync %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := cli("status", "--to-k8s")
+	for _, want := range []string{e.cluster + " +" + e.ns + " +by-tag +\\S+-pg +import +1 +1 +1", e.cluster + " +" + e.ns + " +" + mB + " +" + mB + " +mirror +1 +1 +1", "zz" + e.cluster + " +" + e.ns + " +other-mirror +- +mirror +0"} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("status --to-k8s lacks %q:\n%s", want, out)
+		}
+	}
+	before := e.k8sWrites()
+	out = cli("purge", "--to-k8s", "--cluster-id="+e.cluster)
+	t.Logf("purge --to-k8s:\n%s", out)
+	if !strings.Contains(out, "Would delete 7 Kubernetes objects") || before.Load() != 0 {
+		t.Errorf("dry run: %d writes, output:\n%s", before.Load(), out)
+	}
+	out = cli("purge", "--to-k8s", "--cluster-id="+e.cluster, "--yes")
+	t.Logf("purge --to-k8s --yes:\n%s", out)
+	if !strings.Contains(out, "Deleted 7 of 7 objects.") {
+		t.Errorf("purge --yes:\n%s", out)
+	}
+	svcs, err := kube.Client.CoreV1().Services(e.ns).List(e.ctx, metav1.ListOptions{})
+	must(t, err)
+	var left []string
+	for _, s := range svcs.Items {
+		left = append(left, s.Name)
+	}
+	slices, err := kube.Client.DiscoveryV1().EndpointSlices(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: "endpointslice.kubernetes.io/managed-by=to-k8s.fleetsync.io"})
+	must(t, err)
+	sort.Strings(left)
+	if got := strings.Join(left, ","); got != "bad-dc,bad-filter,bad-window,by-all,by-filter,by-tag,other-mirror" || len(slices.Items) != 0 {
+		t.Errorf("after purge: Services %s, %d marked slices; want the user's and the other cluster's, no slice", got, len(slices.Items))
+	}
 }

@@ -49,6 +49,7 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 		return 0, false, nil
 	}
 	eps, problems := w.opts.Config.Endpoints(entries)
+	w.stats.wanted(len(eps))
 	var owner metav1.OwnerReference
 	if u.Mirror {
 		want := w.opts.Config.DesiredService(u, eps)

@@ -83,6 +83,8 @@ type Worker struct {
 	log     hclog.Logger
 	trigger chan struct{}
 
+	stats stats // Status's figures
+
 	mu      sync.Mutex
 	entries []watch.Entry
 	known   bool // a health answer arrived
@@ -172,12 +174,14 @@ func (w *Worker) Run(ctx context.Context) error {
 					timer = nil
 				}
 				s.Dirty = false
+				began := w.opts.Clock.Now()
 				wrote, done, err := w.flushSafe(ctx)
 				if done {
 					return ErrFinished
 				}
 				if wrote > 0 || err != nil {
 					s.Flushed(w.opts.Clock.Now(), err)
+					w.stats.flushed(began, w.opts.Clock.Now(), wrote, err)
 					w.opts.Observe(wrote, err)
 					// Look again after the window: the writes may have
 					// finished the unit, or the cache may lag them.
