@@ -23,6 +23,7 @@ var tracks = [][]string{
 	{"kube-apiserver-restart", "etcd-compaction-relist", "fleetsync-kill9", "fleetsync-sigterm", "consul-stall"},
 	{"tampered-entry"},
 	{"consul-garbage"},
+	{"fleetsync-pause"},
 }
 
 // errNotYet: the fault cannot be injected yet (no snapshot old enough, no
@@ -251,6 +252,8 @@ func (w *world) fault(ctx context.Context, kind string, rng *rand.Rand) error {
 		return w.tamper(ctx, rng, hold)
 	case "consul-garbage":
 		return w.garbageFault(ctx, rng, hold)
+	case "fleetsync-pause":
+		return w.pause(ctx, rng, hold)
 	}
 	return fmt.Errorf("unknown fault %q", kind)
 }
