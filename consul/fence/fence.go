@@ -215,8 +215,10 @@ func (t *Token) read(ctx context.Context) (*Value, uint64, error) {
 }
 
 // write sets the key to generation gen naming this replica, CAS on index
-// (0: the key must not exist), and returns the index written; ok is false
-// when the CAS failed.
+// (0: the key must not exist), and returns the index written, read back;
+// ok is false when the CAS failed or another write came before the read.
+// It is a KV write, not a transaction: Consul counts transactions as
+// catalog writes, and gaining a shard writes nothing to the catalog.
 func (t *Token) write(ctx context.Context, gen, index uint64) (uint64, bool, error) {
 	b, err := json.Marshal(Value{Holder: t.f.opts.Holder, Generation: gen, TakenAt: t.f.opts.Now().UTC()})
 	if err != nil {
@@ -224,17 +226,20 @@ func (t *Token) write(ctx context.Context, gen, index uint64) (uint64, bool, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.f.opts.RequestTimeout)
 	defer cancel()
-	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: t.key, Value: b, Index: index,
-		Namespace: t.f.opts.Scope.Namespace, Partition: t.f.opts.Scope.Partition}}}
-	ok, resp, _, err := t.f.api.Txn().Txn(ops, (&api.QueryOptions{Namespace: t.f.opts.Scope.Namespace, Partition: t.f.opts.Scope.Partition}).WithContext(rctx))
+	w := &api.WriteOptions{Namespace: t.f.opts.Scope.Namespace, Partition: t.f.opts.Scope.Partition}
+	ok, _, err := t.f.api.KV().CAS(&api.KVPair{Key: t.key, Value: b, ModifyIndex: index}, w.WithContext(rctx))
 	if err != nil {
 		return 0, false, fmt.Errorf("fence of shard %d: write %s: %w", t.shard, t.key, err)
 	}
 	if !ok {
 		return 0, false, nil
 	}
-	if resp == nil || len(resp.Results) != 1 || resp.Results[0].KV == nil {
-		return 0, false, fmt.Errorf("fence of shard %d: write %s: the answer holds no key", t.shard, t.key)
+	have, written, err := t.read(ctx)
+	if err != nil {
+		return 0, false, err
 	}
-	return resp.Results[0].KV.ModifyIndex, true, nil
+	if have == nil || have.Holder != t.f.opts.Holder || have.Generation != gen {
+		return 0, false, nil // another write came first: look again
+	}
+	return written, true, nil
 }
