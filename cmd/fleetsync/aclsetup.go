@@ -24,6 +24,7 @@ func runACLSetup(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&ac.ServiceAccount, "service-account", "fleetsync", "fleetsync's ServiceAccount, which the binding rule selects (the chart's: the release's full name)")
 	fs.StringVar(&ac.Namespace, "service-account-namespace", "fleetsync", "the ServiceAccount's namespace")
 	fs.StringVar(&ac.ServicePrefix, "service-prefix-rule", "", "grant service:write only on Consul names starting with this ('': every name)")
+	fs.BoolVar(&ac.ToK8s, "to-k8s", false, "also grant what the Consul -> Kubernetes direction reads (--to-k8s, --to-k8s-import): service_prefix \"\" and node_prefix \"\" read")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fleetsync acl-setup --cluster-id=ID [--auth-method=NAME] [flags]\n\n"+

@@ -98,8 +98,12 @@ func (cc *consulConn) permissionError(cfg config, what string, err error) error 
 	if cc.login {
 		from = fmt.Sprintf("the token of auth method %q (accessor %s; its policies come from the auth method's binding rules)", cfg.LoginAuthMethod, cc.Tokens().Accessor())
 	}
-	return fmt.Errorf("%s: Consul refused it for lack of ACL permission of %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")",
-		what, from, err, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/", cfg.ClusterID, cfg.ClusterID)
+	toK8s := ""
+	if cfg.ToK8s.Enabled || cfg.ToK8s.Import {
+		toK8s = `, and for --to-k8s service_prefix "" and node_prefix "" read (docs/consul-access.md; fleetsync acl-setup --to-k8s)`
+	}
+	return fmt.Errorf("%s: Consul refused it for lack of ACL permission of %s: %w. The policy must grant key:write on %q, session:write, node:write on k8s-%s and k8s-%s.*, and service:write on the synced names (docs/operations.md, \"Consul ACL policy\")%s",
+		what, from, err, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/", cfg.ClusterID, cfg.ClusterID, toK8s)
 }
 
 // withPodMeta adds pod=<namespace>/<name> (from POD_NAMESPACE and POD_NAME,
@@ -119,7 +123,8 @@ func withPodMeta(meta map[string]string, getenv func(string) string) map[string]
 
 // neededPermissions are the checks made at start: node:write on the
 // cluster's first node (and on its second with --consul-nodes > 1: the
-// node_prefix rule), key:write on the claim key with --claim-cluster-id.
+// node_prefix rule), key:write on the claim key with --claim-cluster-id,
+// and with either to-k8s mode service:read and node:read of any name.
 func neededPermissions(cfg config, first string) []conn.Permission {
 	nodes := []string{first}
 	if cfg.ConsulNodes > 1 {
@@ -134,5 +139,15 @@ func neededPermissions(cfg config, first string) []conn.Permission {
 		// The shards' fencing tokens (consul/fence), under the claim prefix.
 		out = append(out, conn.Permission{Resource: "key", Segment: fence.Key(cfg.ClaimPrefix, cfg.ClusterID, 0), Access: "write"})
 	}
+	if cfg.ToK8s.Enabled || cfg.ToK8s.Import {
+		// Read of every service and node: asked of names nobody has.
+		out = append(out, conn.Permission{Resource: "service", Segment: toK8sProbe, Access: "read"},
+			conn.Permission{Resource: "node", Segment: toK8sProbe, Access: "read"})
+	}
 	return out
 }
+
+// toK8sProbe is the name the start's permission check asks service:read
+// and node:read of for the Consul -> Kubernetes direction: read of any
+// name (service_prefix "" and node_prefix "") grants it.
+const toK8sProbe = "fleetsync-to-k8s-read-probe"

@@ -21,6 +21,10 @@ type Config struct {
 	// with (--consul-login-auth-method); ServiceAccount and Namespace are
 	// fleetsync's ServiceAccount, which the binding rule selects.
 	AuthMethod, ServiceAccount, Namespace string
+	// ToK8s adds what the Consul -> Kubernetes direction reads (--to-k8s,
+	// --to-k8s-import): every service's instances and health, every
+	// node's address.
+	ToK8s bool
 }
 
 // Change is one object Apply looked at: Kind (policy, role, binding rule),
@@ -42,15 +46,24 @@ func (cfg Config) Selector() string {
 // Rules are the policy's rules: write on the cluster's nodes (k8s-<id>,
 // and k8s-<id>.<n> when its instances are spread), on the synced service
 // names, on sessions (the claim's, tied to the agent's node) and on the
-// claim keys (fleetsync reads the other clusters' claims there too).
+// claim keys (fleetsync reads the other clusters' claims there too); with
+// ToK8s, read of every service and node (write on the synced names, when
+// they are every name, includes it).
 func Rules(cfg Config) string {
 	node := "k8s-" + cfg.ClusterID
-	return fmt.Sprintf(`node %q { policy = "write" }
+	rules := fmt.Sprintf(`node %q { policy = "write" }
 node_prefix %q { policy = "write" }
 service_prefix %q { policy = "write" }
 session_prefix "" { policy = "write" }
 key_prefix %q { policy = "write" }
 `, node, node+".", cfg.ServicePrefix, strings.TrimSuffix(cfg.ClaimPrefix, "/")+"/")
+	if cfg.ToK8s {
+		if cfg.ServicePrefix != "" {
+			rules += `service_prefix "" { policy = "read" }` + "\n"
+		}
+		rules += `node_prefix "" { policy = "read" }` + "\n"
+	}
+	return rules
 }
 
 // Validate reports a Config Apply cannot use.

@@ -16,6 +16,15 @@ key_prefix "fleetsync/clusters/" { policy = "write" }
 	if got != want {
 		t.Errorf("rules:\n%s\nwant:\n%s", got, want)
 	}
+	got = Rules(Config{ClusterID: "prod-east", ClaimPrefix: "fleetsync/clusters", ServicePrefix: "team-", ToK8s: true})
+	if !strings.HasSuffix(got, want+`service_prefix "" { policy = "read" }`+"\n"+`node_prefix "" { policy = "read" }`+"\n") {
+		t.Errorf("to-k8s rules:\n%s", got)
+	}
+	got = Rules(Config{ClusterID: "prod-east", ClaimPrefix: "fleetsync/clusters", ToK8s: true})
+	if !strings.Contains(got, `service_prefix "" { policy = "write" }`) || strings.Contains(got, `service_prefix "" { policy = "read" }`) ||
+		!strings.HasSuffix(got, `node_prefix "" { policy = "read" }`+"\n") {
+		t.Errorf("to-k8s rules, every name written:\n%s", got)
+	}
 	cfg := Config{ClusterID: "x", ServiceAccount: "fleetsync", Namespace: "ops"}
 	if s := cfg.Selector(); s != `serviceaccount.name=="fleetsync" and serviceaccount.namespace=="ops"` {
 		t.Errorf("selector %s", s)

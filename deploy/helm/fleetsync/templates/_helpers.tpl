@@ -74,3 +74,8 @@ chart takes its syncCatalog values (so its values can be copied). Call with
 {{ toYaml .value }}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespace of the mirrored Services (--k8s-write-namespace). */}}
+{{- define "fleetsync.toK8sNamespace" -}}
+{{- default .Release.Namespace .Values.toK8s.writeNamespace -}}
+{{- end -}}

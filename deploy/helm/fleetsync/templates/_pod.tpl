@@ -26,6 +26,7 @@
 - {{ print "--log-level=" .Values.log.level | toJson }}
 - {{ print "--log-json=" .Values.log.json | toJson }}
 {{- include "fleetsync.consulArgs" . }}
+{{- include "fleetsync.toK8sArgs" . }}
 {{- if include "fleetsync.sharded" . }}
 - {{ print "--shards=" (int .Values.shards) | toJson }}
 - {{ print "--lease-namespace=" .Release.Namespace | toJson }}
@@ -42,6 +43,36 @@
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | toJson }}
+{{- end }}
+{{- end -}}
+
+{{/* The Consul -> Kubernetes flags, when either mode is on. */}}
+{{- define "fleetsync.toK8sArgs" -}}
+{{- with .Values.toK8s }}
+{{- if or .enabled .import }}
+- {{ print "--to-k8s=" .enabled | toJson }}
+- {{ print "--to-k8s-import=" .import | toJson }}
+- {{ print "--k8s-write-namespace=" (include "fleetsync.toK8sNamespace" $) | toJson }}
+- {{ print "--k8s-service-prefix=" .servicePrefix | toJson }}
+{{- with .allow }}
+- {{ print "--to-k8s-allow=" (join "," .) | toJson }}
+{{- end }}
+{{- with .deny }}
+- {{ print "--to-k8s-deny=" (join "," .) | toJson }}
+{{- end }}
+- {{ print "--to-k8s-exclude-tag=" .excludeTag | toJson }}
+- {{ print "--to-k8s-require-tag=" .requireTag | toJson }}
+- {{ print "--to-k8s-filter=" .filter | toJson }}
+{{- with .includeClusters }}
+- {{ print "--to-k8s-include-clusters=" (join "," .) | toJson }}
+{{- end }}
+- {{ print "--to-k8s-warning=" .warning | toJson }}
+- {{ print "--to-k8s-critical=" .critical | toJson }}
+- {{ print "--to-k8s-address=" .address | toJson }}
+- {{ print "--to-k8s-window=" .window | toJson }}
+- {{ print "--to-k8s-qps=" .qps | toJson }}
+- {{ print "--to-k8s-burst=" (int .burst) | toJson }}
+{{- end }}
 {{- end }}
 {{- end -}}
 

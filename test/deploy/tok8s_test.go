@@ -1,0 +1,286 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/fleetsync/fleetsync/test/fixture"
+	"github.com/fleetsync/fleetsync/test/stack"
+)
+
+// toK8sValues are chart values with the Consul -> Kubernetes direction:
+// mirror mode into writeNS, import mode, or both.
+func toK8sValues(mirror, imp bool, writeNS string) chartProfile {
+	return chartProfile{name: fmt.Sprintf("to-k8s-%t-%t", mirror, imp), values: fmt.Sprintf(`
+clusterID: prod-eu-1
+consul:
+  address: consul-server.consul:8500
+toK8s:
+  enabled: %t
+  import: %t
+  writeNamespace: %q
+  servicePrefix: c-
+  allow: ["web*", "db"]
+  deny: ["web-internal"]
+  requireTag: mirror
+  filter: 'Service.Meta.env == "prod"'
+  includeClusters: [west]
+  warning: fallback
+  critical: drop
+  address: lan_ipv4
+  window: 250ms
+  qps: 50
+  burst: 100
+`, mirror, imp, writeNS)}
+}
+
+// wantMirrorRules and wantImportRules are the least the two modes need
+// beyond the ClusterRole: mirror mode writes Services and slices in the
+// write namespace; import mode writes slices anywhere and only reads
+// Services. No patch, no deletecollection, no get.
+var (
+	wantMirrorRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+	}
+	wantImportRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
+	}
+)
+
+// named converts the object of kind called name into into.
+func (o objects) named(t *testing.T, kind, name string, into any) bool {
+	t.Helper()
+	for _, u := range o.ofKind(kind) {
+		if u.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// TestHelmTemplateToK8s: each mode adds exactly its RBAC (mirror: a Role
+// and RoleBinding in the write namespace; import: a ClusterRole and
+// binding for slices), the base RBAC stays as it is, the daemon accepts
+// every to-k8s flag the chart passes, and the API server accepts the
+// objects (server-side dry run).
+func TestHelmTemplateToK8s(t *testing.T) {
+	needStack(t)
+	bin, err := fixture.Build()
+	must(t, err)
+	for _, tc := range []struct {
+		name        string
+		mirror, imp bool
+	}{{"mirror", true, false}, {"import", false, true}, {"both", true, true}, {"off", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, writeNS := uniq("tok8s-chart"), uniq("tok8s-mirror")
+			o := toK8sValues(tc.mirror, tc.imp, writeNS).render(t, "fs", ns)
+			var role rbacv1.Role
+			var rb rbacv1.RoleBinding
+			if got := o.named(t, "Role", "fs-fleetsync-to-k8s", &role) && o.named(t, "RoleBinding", "fs-fleetsync-to-k8s", &rb); got != tc.mirror {
+				t.Fatalf("mirror Role and RoleBinding rendered %t, want %t (%v)", got, tc.mirror, o.kinds())
+			}
+			if tc.mirror {
+				if fmt.Sprint(role.Rules) != fmt.Sprint(wantMirrorRules) || role.Namespace != writeNS || rb.Namespace != writeNS ||
+					rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != ns {
+					t.Errorf("mirror Role %s/%s rules %v, binding %s %+v %+v", role.Namespace, role.Name, role.Rules, rb.Namespace, rb.RoleRef, rb.Subjects)
+				}
+			}
+			var cr rbacv1.ClusterRole
+			var crb rbacv1.ClusterRoleBinding
+			if got := o.named(t, "ClusterRole", "fs-fleetsync-to-k8s-import", &cr) && o.named(t, "ClusterRoleBinding", "fs-fleetsync-to-k8s-import", &crb); got != tc.imp {
+				t.Fatalf("import ClusterRole and binding rendered %t, want %t (%v)", got, tc.imp, o.kinds())
+			}
+			if tc.imp && (fmt.Sprint(cr.Rules) != fmt.Sprint(wantImportRules) || crb.RoleRef.Name != cr.Name || len(crb.Subjects) != 1 || crb.Subjects[0].Namespace != ns) {
+				t.Errorf("import ClusterRole rules %v, binding %+v %+v", cr.Rules, crb.RoleRef, crb.Subjects)
+			}
+			var base rbacv1.ClusterRole
+			if !o.named(t, "ClusterRole", "fs-fleetsync", &base) || fmt.Sprint(base.Rules) != fmt.Sprint(wantRules) {
+				t.Errorf("base ClusterRole rules %v, want %v", base.Rules, wantRules)
+			}
+			var d appsv1.Deployment
+			o.one(t, "Deployment", &d)
+			args := d.Spec.Template.Spec.Containers[0].Args
+			hasToK8s := slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--to-k8s") })
+			if hasToK8s != (tc.mirror || tc.imp) {
+				t.Errorf("to-k8s flags present %t: %q", hasToK8s, args)
+			}
+			if tc.mirror && !slices.Contains(args, "--k8s-write-namespace="+writeNS) || tc.imp && !slices.Contains(args, `--to-k8s-filter=Service.Meta.env == "prod"`) {
+				t.Errorf("args %q", args)
+			}
+			if r := runCmd(t, bin, append(slices.Clone(args), "--version")...); r.code != 0 {
+				t.Errorf("fleetsync %v --version: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+			}
+			if tc.mirror || tc.imp {
+				createNamespace(t, ns)
+				createNamespace(t, writeNS)
+				out := kubectl(t, "apply", "--dry-run=server", "-f", writeFile(t, "tok8s.yaml", o.yaml(t)))
+				if tc.mirror && !strings.Contains(out, "role.rbac.authorization.k8s.io/fs-fleetsync-to-k8s created (server dry run)") {
+					t.Errorf("dry run:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
+// TestChartToK8sRBACIsSufficient installs the RBAC of a chart with both
+// modes on in the real API server and runs fleetsync with the
+// ServiceAccount's token alone: a Consul service is mirrored into the
+// write namespace and an import-mode Service in another namespace gets its
+// slices, and nothing was forbidden. The access reviews show the writes
+// stay where each mode needs them.
+func TestChartToK8sRBACIsSufficient(t *testing.T) {
+	needStack(t)
+	consul := stack.ConsulT(t)
+	ctx, c := t.Context(), kube.Client
+	rel, ns, writeNS, appNS, cluster := uniq("tok8s-rbac"), uniq("fleetsync-tok8s"), uniq("mirror"), uniq("app"), uniq("tok8s")
+	for _, n := range []string{ns, writeNS, appNS} {
+		createNamespace(t, n)
+	}
+	o := toK8sValues(true, true, writeNS).render(t, rel, ns)
+	var acc corev1.ServiceAccount
+	o.one(t, "ServiceAccount", &acc)
+	sa := acc.Name
+	kubectl(t, "apply", "-f", writeFile(t, "rbac.yaml", o.only("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding").yaml(t)))
+	t.Cleanup(func() {
+		_ = runCmd(t, tools+"/kubectl", "--kubeconfig", kube.KubeconfigPath, "delete", "clusterrole,clusterrolebinding", rel+"-fleetsync", rel+"-fleetsync-to-k8s-import")
+	})
+	user := "system:serviceaccount:" + ns + ":" + sa
+	for _, tc := range []struct {
+		verb, group, resource, namespace string
+		allowed                          bool
+	}{
+		{"create", "", "services", writeNS, true},
+		{"update", "", "services", writeNS, true},
+		{"delete", "", "services", writeNS, true},
+		{"create", "discovery.k8s.io", "endpointslices", writeNS, true},
+		{"create", "discovery.k8s.io", "endpointslices", appNS, true},
+		{"delete", "discovery.k8s.io", "endpointslices", appNS, true},
+		{"create", "", "services", appNS, false},
+		{"update", "", "services", appNS, false},
+		{"delete", "", "services", appNS, false},
+		{"patch", "", "services", writeNS, false},
+		{"patch", "discovery.k8s.io", "endpointslices", appNS, false},
+		{"deletecollection", "discovery.k8s.io", "endpointslices", appNS, false},
+		{"deletecollection", "", "services", writeNS, false},
+		{"get", "", "secrets", writeNS, false},
+	} {
+		r, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+			Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &authzv1.ResourceAttributes{Verb: tc.verb, Group: tc.group, Resource: tc.resource, Namespace: tc.namespace}},
+		}, metav1.CreateOptions{})
+		must(t, err)
+		if r.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s %s in %s: allowed=%t, want %t", tc.verb, tc.group, tc.resource, tc.namespace, r.Status.Allowed, tc.allowed)
+		}
+	}
+
+	name := cluster + "-db"
+	_, err := consul.Client.Catalog().Register(&consulapi.CatalogRegistration{Node: cluster + "-vm", Address: "10.90.0.1",
+		Service: &consulapi.AgentService{ID: "db1", Service: name, Port: 5432}}, nil)
+	must(t, err)
+	t.Cleanup(func() {
+		_, _ = consul.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: cluster + "-vm"}, nil)
+	})
+	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "db", map[string]string{"fleetsync.io/consul-service": name}, map[string]int32{"pg": 5432})))
+	d, err := fixture.StartDaemon(ctx, fixture.DaemonConfig{ClusterID: cluster, Kubeconfig: saKubeconfig(t, ns, sa), ConsulAddr: consul.Addr,
+		Namespaces: []string{appNS}, Name: "fleetsync-tok8s-rbac",
+		Args: []string{"--to-k8s", "--to-k8s-import", "--k8s-write-namespace=" + writeNS, "--to-k8s-allow=" + name}})
+	must(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleetsync log tail:\n%s", d.LogTail(60))
+		}
+		d.CloseT(t)
+	})
+	slicesOf := func(ns, svc string) func() error {
+		return func() error {
+			l, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+			if err == nil && (len(l.Items) != 1 || len(l.Items[0].Endpoints) != 1 || l.Items[0].Endpoints[0].Addresses[0] != "10.90.0.1") {
+				err = fmt.Errorf("%d slices of %s/%s", len(l.Items), ns, svc)
+			}
+			return err
+		}
+	}
+	eventually(t, 30*time.Second, "the mirrored Service's slice", slicesOf(writeNS, name))
+	eventually(t, 30*time.Second, "the import-mode Service's slice", slicesOf(appNS, "db"))
+	if _, err := c.CoreV1().Services(writeNS).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Errorf("mirrored Service: %v", err)
+	}
+	log, err := os.ReadFile(d.LogPath)
+	must(t, err)
+	if m := regexp.MustCompile(`(?i).*forbidden.*`).Find(log); m != nil {
+		t.Errorf("fleetsync was forbidden something: %s", m)
+	}
+}
+
+// TestKustomizeToK8s: the example-to-k8s overlay adds the chart's to-k8s
+// RBAC (the same rules; the mirror Role in fleetsync's namespace, the
+// write namespace by default) to the example's objects, its settings are
+// variables the daemon reads and parse, and the API server accepts it all
+// (server-side dry run).
+func TestKustomizeToK8s(t *testing.T) {
+	needStack(t)
+	bin, err := fixture.Build()
+	must(t, err)
+	o := kustomize(t, "example-to-k8s")
+	var role rbacv1.Role
+	var cr, base rbacv1.ClusterRole
+	var rb rbacv1.RoleBinding
+	var crb rbacv1.ClusterRoleBinding
+	if !o.named(t, "Role", "fleetsync-to-k8s", &role) || !o.named(t, "RoleBinding", "fleetsync-to-k8s", &rb) ||
+		!o.named(t, "ClusterRole", "fleetsync-to-k8s-import", &cr) || !o.named(t, "ClusterRoleBinding", "fleetsync-to-k8s-import", &crb) ||
+		!o.named(t, "ClusterRole", "fleetsync", &base) {
+		t.Fatalf("objects %v", o.kinds())
+	}
+	if fmt.Sprint(role.Rules) != fmt.Sprint(wantMirrorRules) || role.Namespace != "fleetsync" || rb.RoleRef.Name != role.Name ||
+		fmt.Sprint(cr.Rules) != fmt.Sprint(wantImportRules) || crb.RoleRef.Name != cr.Name || fmt.Sprint(base.Rules) != fmt.Sprint(wantRules) {
+		t.Errorf("rules: mirror %v in %s, import %v, base %v", role.Rules, role.Namespace, cr.Rules, base.Rules)
+	}
+	for _, s := range append(rb.Subjects, crb.Subjects...) {
+		if s.Kind != "ServiceAccount" || s.Name != "fleetsync" || s.Namespace != "fleetsync" {
+			t.Errorf("subject %+v", s)
+		}
+	}
+	var cm corev1.ConfigMap
+	o.one(t, "ConfigMap", &cm)
+	names := daemonEnvNames(t, bin)
+	var settings []string
+	for k, v := range cm.Data {
+		if strings.HasPrefix(k, "FLEETSYNC_") && !names[k] {
+			t.Errorf("ConfigMap key %s is no variable fleetsync reads", k)
+		}
+		settings = append(settings, k+"="+v)
+	}
+	if cm.Data["FLEETSYNC_TO_K8S"] != "true" || cm.Data["FLEETSYNC_TO_K8S_IMPORT"] != "true" {
+		t.Errorf("settings %v", cm.Data)
+	}
+	if r := runCmdEnv(t, settings, bin, "--version"); r.code != 0 {
+		t.Errorf("fleetsync --version with the ConfigMap's variables: exit %d: %s", r.code, r.stderr)
+	}
+	createNamespace(t, "fleetsync")
+	out := kubectl(t, "apply", "--dry-run=server", "-k", kustomizeDir+"/example-to-k8s")
+	for _, w := range []string{"role.rbac.authorization.k8s.io/fleetsync-to-k8s", "clusterrole.rbac.authorization.k8s.io/fleetsync-to-k8s-import"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("kubectl apply -k output lacks %s:\n%s", w, out)
+		}
+	}
+}
