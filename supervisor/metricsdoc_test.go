@@ -65,7 +65,13 @@ func renderMetricsDoc(t *testing.T) string {
 	for _, f := range fams {
 		if !gathered[f.GetName()] {
 			gathered[f.GetName()] = true
-			toK8s = append(toK8s, row{f.GetName(), strings.ToLower(f.GetType().String()), "", f.GetHelp()})
+			var labels []string
+			if len(f.Metric) > 0 {
+				for _, l := range f.Metric[0].Label {
+					labels = append(labels, l.GetName())
+				}
+			}
+			toK8s = append(toK8s, row{f.GetName(), strings.ToLower(f.GetType().String()), strings.Join(labels, ", "), f.GetHelp()})
 		}
 	}
 	descs := make(chan *prometheus.Desc, 64)

@@ -47,6 +47,8 @@ type toK8sConfig struct {
 	QPS             float64
 	Burst           int
 	DeletionGrace   time.Duration
+	MaxWatches      int
+	PollEvery       time.Duration
 }
 
 // ToK8sModeEndpointSlices is the one mirror kind built so far.
@@ -70,6 +72,8 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "to-k8s-window", time.Second, "per-Service batching window of the Kubernetes writes")
 	fs.Float64Var(&c.QPS, "to-k8s-qps", 20, "budget of Kubernetes writes per second of the Consul -> Kubernetes direction")
 	fs.IntVar(&c.Burst, "to-k8s-burst", 40, "burst allowed above --to-k8s-qps")
+	fs.IntVar(&c.MaxWatches, "to-k8s-max-watches", 128, "blocking health queries held at once (one connection each; Consul refuses more than limits.http_max_conns_per_client, 200 by default, from one address); past it a worker reads its service every --to-k8s-poll-interval; 0: no cap")
+	fs.DurationVar(&c.PollEvery, "to-k8s-poll-interval", 5*time.Second, "how often a worker past --to-k8s-max-watches reads its service")
 	fs.DurationVar(&c.DeletionGrace, "to-k8s-deletion-grace", stok8s.DefaultDeletionGrace, "a catalog answer that drops more than half of the mirrored Services (at least two) is held this long, then the catalog is read again before anything is deleted; an answer Consul filtered by ACLs is held until it no longer drops them")
 }
 
@@ -87,6 +91,9 @@ func (c *toK8sConfig) validate() error {
 	}
 	if c.Window < 0 || c.QPS <= 0 || c.Burst < 1 {
 		return fmt.Errorf("--to-k8s-window must not be negative, --to-k8s-qps must be positive and --to-k8s-burst at least 1")
+	}
+	if c.MaxWatches < 0 || c.PollEvery <= 0 {
+		return fmt.Errorf("--to-k8s-max-watches=%d --to-k8s-poll-interval=%s: the cap must not be negative, the interval must be positive", c.MaxWatches, c.PollEvery)
 	}
 	if c.DeletionGrace <= 0 {
 		return fmt.Errorf("--to-k8s-deletion-grace=%s: must be positive", c.DeletionGrace)
@@ -164,7 +171,13 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 	if scope.Namespace != "default" {
 		wopts.Namespace = scope.Namespace
 	}
+	wopts.MaxWatches, wopts.PollEvery = c.MaxWatches, c.PollEvery
+	wopts.Full = func() {
+		log.Warn("Consul -> Kubernetes: more services than --to-k8s-max-watches; past the cap each is read every --to-k8s-poll-interval instead of watched (raise Consul's limits.http_max_conns_per_client and the flag together, or spread the services over replicas with --shards)",
+			"max_watches", c.MaxWatches, "poll_interval", c.PollEvery)
+	}
 	w := conn.NewWatch(wopts)
+	fleet.metrics.SetWatches(w.Stats)
 	log.Info("Consul -> Kubernetes", "mirror", c.Enabled, "import", c.Import, "namespace", ns, "prefix", c.Prefix)
 	var imports stok8s.Imports
 	if c.Import {

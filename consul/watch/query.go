@@ -71,8 +71,19 @@ func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query)
 	return o
 }
 
-// HealthQuery is Health narrowed by q.
+// HealthQuery is Health narrowed by q. Past MaxWatches a query that would
+// block polls instead (see slots).
 func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) ([]Entry, uint64, error) {
+	if index > 0 && c.slots != nil {
+		if c.slots.take() {
+			defer c.slots.free()
+		} else {
+			if !c.slots.wait(ctx) {
+				return nil, 0, ctx.Err()
+			}
+			index = 0 // read the current state, at once
+		}
+	}
 	stale := c.opts.MaxStale > 0
 	for {
 		raw, meta, err := c.api.Health().Service(name, q.Tag, false, c.queryOf(ctx, index, stale, q))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"k8s.io/utils/clock"
 )
 
 // Options configure a Client.
@@ -19,12 +20,20 @@ type Options struct {
 	// Datacenter, Namespace and Partition of the reads ("": the
 	// connection's own).
 	Datacenter, Namespace, Partition string
+	// MaxWatches caps the health queries that block at once (0: no cap);
+	// past it a health query polls every PollEvery (default 5s).
+	MaxWatches int
+	PollEvery  time.Duration
+	// Full, when set, is told the first time the cap is reached.
+	Full  func()
+	Clock clock.Clock // default: real
 }
 
 // Client sends the blocking queries. It is safe for concurrent use.
 type Client struct {
-	api  *api.Client
-	opts Options
+	api   *api.Client
+	opts  Options
+	slots *slots // nil: no cap
 }
 
 // New returns a Client of c (the daemon's connection: its token, TLS and
@@ -36,7 +45,17 @@ func New(c *api.Client, opts Options) *Client {
 	if opts.MaxStale == 0 {
 		opts.MaxStale = 5 * time.Second
 	}
-	return &Client{api: c, opts: opts}
+	cl := &Client{api: c, opts: opts}
+	if opts.MaxWatches > 0 {
+		if opts.PollEvery <= 0 {
+			opts.PollEvery = 5 * time.Second
+		}
+		if opts.Clock == nil {
+			opts.Clock = clock.RealClock{}
+		}
+		cl.slots = &slots{max: int64(opts.MaxWatches), every: opts.PollEvery, clock: opts.Clock, full: opts.Full}
+	}
+	return cl
 }
 
 // Node is the node of an entry.

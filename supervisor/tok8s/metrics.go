@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/fleetsync/fleetsync/consul/watch"
 	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
 )
 
@@ -28,6 +29,18 @@ type Metrics struct {
 	flushes  prometheus.Counter
 	errors   prometheus.Counter
 	duration prometheus.Histogram
+	watches  atomic.Pointer[func() watch.WatchStats]
+}
+
+// SetWatches makes the health-query series report stats (the workers'
+// watch.Client.Stats).
+func (m *Metrics) SetWatches(stats func() watch.WatchStats) { m.watches.Store(&stats) }
+
+func (m *Metrics) watchStats() watch.WatchStats {
+	if f := m.watches.Load(); f != nil {
+		return (*f)()
+	}
+	return watch.WatchStats{}
 }
 
 // NewMetrics registers the fleet's metrics with reg; pass them as
@@ -46,6 +59,14 @@ func NewMetrics(reg prometheus.Registerer, perWorker int) *Metrics {
 	m.duration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_tok8s_flush_duration_seconds",
 		Help:    "Duration of Consul -> Kubernetes flushes that wrote or failed, their writes included.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}})
+	const watchesHelp = "Consul health queries of the to-k8s workers: blocking now (mode=blocking, at most --to-k8s-max-watches) or waiting for their poll past that cap (mode=polling)."
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "fleetsync_tok8s_health_watches", Help: watchesHelp, ConstLabels: prometheus.Labels{"mode": "blocking"}},
+		func() float64 { return float64(m.watchStats().Blocking) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "fleetsync_tok8s_health_watches", Help: watchesHelp, ConstLabels: prometheus.Labels{"mode": "polling"}},
+		func() float64 { return float64(m.watchStats().Polling) })
+	f.NewCounterFunc(prometheus.CounterOpts{Name: "fleetsync_tok8s_health_polls_total",
+		Help: "Health reads of to-k8s workers past --to-k8s-max-watches: each a poll instead of a blocking query."},
+		func() float64 { return float64(m.watchStats().Polls) })
 	reg.MustRegister(m)
 	return m
 }
