@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -255,6 +258,12 @@ func (b *bench) tok8sIdle(d *fixture.Daemon) error {
 		return fmt.Errorf("fleetsync exited while idle:\n%s", indent(d.LogTail(30)))
 	}
 	reads := rq1.minus(rq0)
+	blocking, polling, err := b.healthWatches(d)
+	if err != nil {
+		return err
+	}
+	b.res.add("to-k8s", "health queries blocking / polling", blocking, "queries",
+		fmt.Sprintf("%.0f polling (fleetsync_tok8s_health_watches; past --to-k8s-max-watches a service is read every --to-k8s-poll-interval)", polling))
 	b.res.add("to-k8s", "idle: Kubernetes API writes", kw1-kw0, "writes", fmt.Sprintf("%s; Services, EndpointSlices, Events (apiserver_request_total); target 0", idle))
 	b.res.add("to-k8s", "idle: Consul Raft applies", ap1-ap0, "applies", fmt.Sprintf("%s; target 0", idle))
 	b.res.add("to-k8s", "idle: Consul HTTP requests", round2(reads.total()/idle.Seconds()), "req/s", reads.String())
@@ -315,4 +324,27 @@ func (b *bench) tok8sLatency(w *sliceWatch, n int) error {
 	b.res.add("to-k8s", "isolated check change -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note+"; target <= 200")
 	b.res.add("to-k8s", "isolated check change -> EndpointSlice: max", round2(s[len(s)-1]), "ms", note)
 	return nil
+}
+
+// healthWatches reads fleetsync_tok8s_health_watches by mode.
+func (b *bench) healthWatches(d *fixture.Daemon) (blocking, polling float64, err error) {
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	resp, err := get(ctx, d.HTTP+"/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		for mode, v := range map[string]*float64{"blocking": &blocking, "polling": &polling} {
+			if rest, ok := strings.CutPrefix(l, `fleetsync_tok8s_health_watches{mode="`+mode+`"} `); ok {
+				*v, _ = strconv.ParseFloat(rest, 64)
+			}
+		}
+	}
+	return blocking, polling, nil
 }
