@@ -86,3 +86,32 @@ func TestFencedShardStopsItsWorkers(t *testing.T) {
 	w.set(one, service(one.Namespace, one.Name, "10.0.0.3", "10.0.0.8"))
 	f.waitFor(t, "shard 1 still synced", func() bool { return store.count(f.cluster.IDPrefix(one.Namespace, one.Name)) == 2 })
 }
+
+// TestGainShardEndedWhileTakingTheFence: leading ends (its context is
+// cancelled, and LoseShard runs) while GainShard takes the fence: the
+// shard is not marked held afterwards, so no worker of it starts.
+func TestGainShardEndedWhileTakingTheFence(t *testing.T) {
+	w, store := newFakeWatcher(), newMemStore()
+	close(w.synced)
+	mine := fence.New(store.twin.Client(), fence.Options{ClusterID: "test", Holder: "me"})
+	gctx, cancel := context.WithCancel(t.Context())
+	var sup *Supervisor
+	f := startOptions(t, w, store, func(o *Options) {
+		o.Shards = 2
+		o.Fencing = Fencing{Take: func(ctx context.Context, k int) (consul.Guard, error) {
+			tok, err := mine.Take(ctx, k)
+			cancel() // leading ends as the fence is taken
+			sup.LoseShard(k)
+			if err != nil {
+				return nil, err
+			}
+			return tok, nil
+		}}
+	}, nil)
+	sup = f.sup
+	f.waitFor(t, "bootstrap", sup.Bootstrapped)
+	sup.GainShard(gctx, 0)
+	if got := sup.HeldShards(); len(got) != 0 {
+		t.Fatalf("holds %v after leading ended while the fence was taken", got)
+	}
+}

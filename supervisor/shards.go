@@ -53,6 +53,12 @@ func (s *Supervisor) GainShard(ctx context.Context, k int) {
 		return
 	}
 	s.shardMu.Lock()
+	if ctx.Err() != nil {
+		// Leading ended while the fence was taken: LoseShard ran (or
+		// runs) for a shard never marked held; it must stay so.
+		s.shardMu.Unlock()
+		return
+	}
 	s.held[k] = true
 	if fence != nil {
 		s.fences[k] = fence
