@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/fleetsync/fleetsync/consul/conn"
@@ -54,5 +55,32 @@ func TestConsulScopeAndPodMeta(t *testing.T) {
 	}
 	if m := withPodMeta(nil, func(string) string { return "" }); m != nil {
 		t.Errorf("pod meta without the variables: %v", m)
+	}
+}
+
+// TestNeededPermissionsNameTheFences: with shards, the start-up check
+// asks for write on the shards' fence keys under the claim prefix as well
+// as on the claim; with one shard, only on the claim.
+func TestNeededPermissionsNameTheFences(t *testing.T) {
+	for _, tc := range []struct {
+		shards string
+		want   []string
+	}{
+		{"1", []string{"fleetsync/clusters/x"}},
+		{"2", []string{"fleetsync/clusters/x", "fleetsync/clusters/x/shards/0"}},
+	} {
+		c, err := parseArgs(t, []string{"--cluster-id=x", "--shards=" + tc.shards}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, p := range neededPermissions(c, "k8s-x") {
+			if p.Resource == "key" {
+				keys = append(keys, p.Segment)
+			}
+		}
+		if fmt.Sprint(keys) != fmt.Sprint(tc.want) {
+			t.Errorf("--shards=%s: key permissions %v, want %v", tc.shards, keys, tc.want)
+		}
 	}
 }
