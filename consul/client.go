@@ -101,6 +101,7 @@ type Client struct {
 	// commits: until then each transaction re-checks the guard first.
 	unsure atomic.Bool
 	marks  marksCache
+	checks foreignChecks // what the reads saw of others' checks on our nodes
 	now    func() time.Time
 }
 
@@ -174,7 +175,7 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 		opts.MarksMaxAge = MarksMaxAge
 	}
 	c := &Client{api: a, owner: owner, opts: opts, reads: semaphore.NewWeighted(int64(opts.MaxReads)),
-		marks: marksCache{slot: make(chan struct{}, 1)}, now: opts.Now}
+		marks: marksCache{slot: make(chan struct{}, 1)}, checks: newForeignChecks(), now: opts.Now}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -185,14 +186,13 @@ func newClient(a catalogAPI, owner Owner, opts Options) *Client {
 // ReadNode returns every instance on the owner's nodes, owned or not
 // (callers keep only what Owner.Owns accepts). No node is an empty result.
 func (c *Client) ReadNode(ctx context.Context) ([]Registered, error) {
-	return c.readNodes(ctx, "", "")
+	return c.readNodes(ctx, "")
 }
 
 // ReadPrefix returns the instances on the owner's nodes whose ID starts
 // with prefix, owned or not.
 func (c *Client) ReadPrefix(ctx context.Context, prefix string) ([]Registered, error) {
-	re := "^" + regexp.QuoteMeta(prefix)
-	return c.readNodes(ctx, fmt.Sprintf("ID matches %q", re), fmt.Sprintf("ServiceID matches %q", re))
+	return c.readNodes(ctx, prefix)
 }
 
 // Nodes lists the owner's nodes in the catalog: those with its node meta
@@ -220,27 +220,43 @@ func (c *Client) Nodes(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (c *Client) readNodes(ctx context.Context, svcFilter, checkFilter string) ([]Registered, error) {
+func (c *Client) readNodes(ctx context.Context, prefix string) ([]Registered, error) {
+	began := c.checks.begin()
+	defer c.checks.end(began)
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return c.readEach(ctx, nodes, svcFilter, checkFilter)
+	out, err := c.readEach(ctx, nodes, prefix)
+	if err == nil && prefix == "" {
+		c.sawNodes(began, nodes)
+	}
+	return out, err
 }
 
-func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) ([]Registered, error) {
+// read reads the instances on node whose ID starts with prefix ("": all),
+// with their readiness checks; it records the foreign checks it saw.
+func (c *Client) read(ctx context.Context, node, prefix string) ([]Registered, error) {
 	if err := c.reads.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer c.reads.Release(1)
 	rctx, cancel := c.reqCtx(ctx)
 	defer cancel()
+	began := c.checks.begin()
+	defer c.checks.end(began)
+	var svcFilter, checkFilter string
+	if prefix != "" {
+		re := "^" + regexp.QuoteMeta(prefix)
+		svcFilter, checkFilter = fmt.Sprintf("ID matches %q", re), fmt.Sprintf("ServiceID matches %q", re)
+	}
 	q := c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: svcFilter}).WithContext(rctx)
 	list, _, err := c.api.NodeServices(node, q)
 	if err != nil {
 		return nil, fmt.Errorf("read services of node %s: %w", node, c.ctxErr(ctx, err))
 	}
 	if list == nil || len(list.Services) == 0 {
+		c.sawNode(began, node, prefix, nil) // no instance: none a check there could concern
 		return nil, nil
 	}
 	q = c.opts.Scope.instanceQuery(&api.QueryOptions{Filter: checkFilter}).WithContext(rctx)
@@ -253,15 +269,19 @@ func (c *Client) read(ctx context.Context, node, svcFilter, checkFilter string) 
 	// decoded strings: no string is made per entry).
 	type nsID struct{ ns, id string }
 	byService := make(map[nsID]*wire.Check, len(checks))
+	var others []*wire.Check // everyone else's, rare
 	for _, hc := range checks {
 		if isCheckOf(hc.CheckID, hc.ServiceID) {
 			byService[nsID{hc.Namespace, hc.ServiceID}] = hc
+		} else {
+			others = append(others, hc)
 		}
 	}
 	out := make([]Registered, 0, len(list.Services))
 	for _, s := range list.Services {
 		out = append(out, fromWire(node, s, byService[nsID{s.Namespace, s.ID}]))
 	}
+	c.sawNode(began, node, prefix, c.foreignOnNode(node, others, list.Services))
 	return out, nil
 }
 
@@ -285,11 +305,14 @@ func (c *Client) Acquire(ctx context.Context, high bool) (budget.Permit, error) 
 // service's index (see ServiceIndex): one index-backed read, cheap enough
 // for every worker's periodic anti-entropy pass.
 func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, uint64, error) {
+	began := c.checks.begin()
+	defer c.checks.end(began)
 	entries, index, err := c.serviceEntries(ctx, name, "")
 	if err != nil {
 		return nil, 0, err
 	}
 	out := make([]Registered, 0, len(entries))
+	var seen foreignSeen
 	for _, e := range entries {
 		if e.Node == nil || !c.owner.IsNode(e.Node.Node) {
 			continue
@@ -298,10 +321,14 @@ func (c *Client) ReadService(ctx context.Context, name string) ([]Registered, ui
 		for _, x := range e.Checks {
 			if x.CheckID == CheckID(e.Service.ID) && x.ServiceID == e.Service.ID {
 				hc = x
+			} else {
+				seen.add(c, e.Node.Node, x, e.Service)
 			}
 		}
+		seen.node(e.Node.Node)
 		out = append(out, fromWire(e.Node.Node, e.Service, hc))
 	}
+	c.sawService(began, name, seen.nodes, seen.checks)
 	return out, index, nil
 }
 

@@ -12,11 +12,12 @@ import (
 // after another, so Consul's encoding and ours overlap.
 const nodeReaders = 4
 
-// readEach reads the given nodes, nodeReaders at a time, and returns
-// their instances in the order of nodes; the first error ends the read.
-func (c *Client) readEach(ctx context.Context, nodes []string, svcFilter, checkFilter string) ([]Registered, error) {
+// readEach reads the instances whose ID starts with prefix ("": all) on
+// the given nodes, nodeReaders at a time, and returns them in the order of
+// nodes; the first error ends the read.
+func (c *Client) readEach(ctx context.Context, nodes []string, prefix string) ([]Registered, error) {
 	if len(nodes) == 1 {
-		return c.read(ctx, nodes[0], svcFilter, checkFilter)
+		return c.read(ctx, nodes[0], prefix)
 	}
 	got := make([][]Registered, len(nodes))
 	g, gctx := errgroup.WithContext(ctx)
@@ -24,7 +25,7 @@ func (c *Client) readEach(ctx context.Context, nodes []string, svcFilter, checkF
 	for i, node := range nodes {
 		g.Go(func() error {
 			var err error
-			got[i], err = c.read(gctx, node, svcFilter, checkFilter)
+			got[i], err = c.read(gctx, node, prefix)
 			return err
 		})
 	}
