@@ -56,7 +56,9 @@ func (s *Supervisor) nodeInUse(node string) bool {
 }
 
 // Problems returns what keeps the fleet from syncing every Service (a
-// look-alike node, say), sorted; /readyz fails while there is any.
+// look-alike node, say) or its instances out of Consul's healthy answers
+// (a failing check someone else put on them), sorted; /readyz fails while
+// there is any.
 func (s *Supervisor) Problems() []string {
 	s.problemsMu.Lock()
 	defer s.problemsMu.Unlock()

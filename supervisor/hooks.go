@@ -3,6 +3,7 @@ package supervisor
 import (
 	"time"
 
+	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/k8s"
 )
 
@@ -47,6 +48,9 @@ type ConsulHooks interface {
 	// ReadPanicked: a long-running read (bootstrap, node_check, repair)
 	// panicked and counts as a failed read.
 	ReadPanicked(read string)
+	// ForeignChecks: the checks others put on our nodes and instances,
+	// as the reads last saw them.
+	ForeignChecks(checks []consul.ForeignCheck)
 }
 
 // orNop fills the unset hooks with ones that do nothing.
@@ -79,3 +83,4 @@ func (nopHooks) ConsulDataLost(string)                               {}
 func (nopHooks) ForeignNodes(int)                                    {}
 func (nopHooks) ConsulNodes(int)                                     {}
 func (nopHooks) ReadPanicked(string)                                 {}
+func (nopHooks) ForeignChecks([]consul.ForeignCheck)                 {}

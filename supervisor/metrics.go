@@ -83,6 +83,7 @@ type Metrics struct {
 	idConflicts    prometheus.Counter
 	readPanics     *prometheus.CounterVec
 	fenced         prometheus.Counter
+	foreignChecks  *prometheus.GaugeVec
 
 	TxnDuration  prometheus.Histogram
 	TxnErrors    prometheus.Counter
@@ -152,6 +153,7 @@ func NewMetrics(reg prometheus.Registerer, perWorker PerWorker) *Metrics {
 		Help: "Renewals of this replica's Lease by another process: --replica-id is not unique, and both processes hold the same shards."})
 	m.readPanics = newReadPanics(f)
 	m.fenced = newFenced(f)
+	m.foreignChecks = newForeignChecks(f)
 	m.TxnDuration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_consul_txn_duration_seconds",
 		Help:    "Duration of Consul transactions (one Raft apply each).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}})

@@ -40,6 +40,7 @@ type Store interface {
 	ReadNode(ctx context.Context) ([]consul.Registered, error)
 	// The loss detection's reads (see Options.NodeCheckInterval).
 	loss.Store
+	ForeignCheckSource // what the reads above saw of others' checks
 }
 
 // Options build a Supervisor. Watcher, Store and Worker.Cluster are required.
@@ -103,6 +104,7 @@ type Supervisor struct {
 
 	problemsMu sync.Mutex
 	problems   map[string]string // readiness problems by source (e.g. a foreign node)
+	checks     foreignCheckState
 
 	mu       sync.Mutex
 	ctx      context.Context // Run's context, set before bootstrap ends
@@ -214,7 +216,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	})
 	s.log.Info("Fleet bootstrapped", "workers", s.Len(), "owned_instances", n,
 		"foreign_entries_on_node", foreign, "owned_state_read", read.took, "duration", d)
-	lw.Run(ctx)
+	s.runWatches(ctx, lw)
 	return nil
 }
 
@@ -377,14 +379,6 @@ func (s *Supervisor) consulNodes() int {
 		return int(n)
 	}
 	return max(s.opts.Worker.Cluster.Nodes(), 1)
-}
-
-func countOwned(m map[k8s.Key]map[string]worker.Held) int {
-	n := 0
-	for _, v := range m {
-		n += len(v)
-	}
-	return n
 }
 
 // Selector returns the selection rules.

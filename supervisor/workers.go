@@ -241,3 +241,11 @@ func (s *Supervisor) Worker(key k8s.Key) (worker.Status, bool) {
 type handler struct{ s *Supervisor }
 
 func (h handler) Changed(key k8s.Key) { h.s.changed(key) }
+
+func countOwned(m map[k8s.Key]map[string]worker.Held) int {
+	n := 0
+	for _, v := range m {
+		n += len(v)
+	}
+	return n
+}

@@ -54,10 +54,11 @@ func newMux(sup *supervisor.Supervisor, toK8s *toK8sFleet, reg *prometheus.Regis
 			writeJSON(w, toK8sRows)
 			return
 		}
-		var out []worker.Status
+		checks := sup.ForeignChecks()
+		var out []workerRow
 		for _, st := range sup.Workers() {
 			if (ns == "" || st.Namespace == ns) && (state == "" || string(st.State) == state) {
-				out = append(out, st)
+				out = append(out, workerRow{st, checks[k8s.Key{Namespace: st.Namespace, Name: st.Service}]})
 			}
 		}
 		if wantsText(r) {
@@ -74,12 +75,13 @@ func newMux(sup *supervisor.Supervisor, toK8s *toK8sFleet, reg *prometheus.Regis
 		writeJSON(w, map[string]any{"shards": cfg.Shard.Shards, "held": sup.HeldShards()})
 	})
 	mux.HandleFunc("GET /debug/workers/{namespace}/{service}", func(w http.ResponseWriter, r *http.Request) {
-		st, ok := sup.Worker(k8s.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("service")})
+		key := k8s.Key{Namespace: r.PathValue("namespace"), Name: r.PathValue("service")}
+		st, ok := sup.Worker(key)
 		if !ok {
 			http.Error(w, "no worker for this service", http.StatusNotFound)
 			return
 		}
-		writeJSON(w, st)
+		writeJSON(w, workerRow{st, sup.ForeignChecks()[key]})
 	})
 	return mux
 }
@@ -95,17 +97,24 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-func writeTable(w http.ResponseWriter, sts []worker.Status) {
+// workerRow is one worker of /debug/workers: its status, and the checks
+// someone else put on its node or instances (supervisor.ForeignChecks).
+type workerRow struct {
+	worker.Status
+	ForeignChecks []string `json:"foreignChecks,omitempty"`
+}
+
+func writeTable(w http.ResponseWriter, rows []workerRow) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tSTATE\tWINDOW\tDESIRED\tREGISTERED\tPENDING\tLAST FLUSH\tLAST ERROR")
-	for _, s := range sts {
+	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tSTATE\tWINDOW\tDESIRED\tREGISTERED\tPENDING\tLAST FLUSH\tFOREIGN CHECKS\tLAST ERROR")
+	for _, s := range rows {
 		last := "-"
 		if !s.LastFlush.IsZero() {
 			last = s.LastFlush.UTC().Format("15:04:05.000")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%t\t%s\t%s\n", s.Namespace, s.Service, s.State, s.Window,
-			s.Desired, s.Registered, s.Pending, last, s.LastError)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%t\t%s\t%d\t%s\n", s.Namespace, s.Service, s.State, s.Window,
+			s.Desired, s.Registered, s.Pending, last, len(s.ForeignChecks), s.LastError)
 	}
 	_ = tw.Flush()
 }

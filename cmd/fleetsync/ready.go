@@ -12,8 +12,9 @@ import (
 
 // readiness is what /readyz checks, in order: the fleet bootstrapped, the
 // shard manager done with its first reconcile (when sharded), Consul
-// answering, the cluster-id claim naming this cluster, and nothing that
-// keeps Services from syncing (a look-alike node).
+// answering, the cluster-id claim naming this cluster, and no problem the
+// supervisor reports (a look-alike node, a failing check someone else put
+// on our nodes or instances).
 type readiness struct {
 	sup    *supervisor.Supervisor
 	health interface {
