@@ -116,8 +116,13 @@ func (s *Supervisor) affected(f consul.ForeignCheck) []k8s.Key {
 // problem and sends one Warning Event per Service it concerns, once per
 // appearance (a check that passes again, or goes, and comes back, is
 // told again). Nothing here writes to Consul: the checks are not ours.
+//
+// Only checks that concern a Service with a worker here count: what the
+// reads saw of other Services (another replica's shards, at bootstrap) is
+// not read again by this replica, so it would go stale.
 func (s *Supervisor) reportForeignChecks(checks []consul.ForeignCheck) {
-	s.opts.Hooks.Consul.ForeignChecks(checks)
+	var counted []consul.ForeignCheck
+	defer func() { s.opts.Hooks.Consul.ForeignChecks(counted) }()
 	st := &s.checks
 	if st.told == nil {
 		st.told = map[string]map[k8s.Key]bool{}
@@ -127,10 +132,14 @@ func (s *Supervisor) reportForeignChecks(checks []consul.ForeignCheck) {
 	now := map[string]bool{}
 	for _, f := range checks {
 		keys := s.affected(f)
+		if len(keys) == 0 {
+			continue
+		}
+		counted = append(counted, f)
 		for _, key := range keys {
 			rows[key] = append(rows[key], describe(f))
 		}
-		if f.Status == consul.StatusPassing || len(keys) == 0 {
+		if f.Status == consul.StatusPassing {
 			continue
 		}
 		ck := checkKey(f)

@@ -19,7 +19,7 @@ var checkStatuses = []string{consul.StatusPassing, consul.StatusWarning, consul.
 // series at 0.
 func newForeignChecks(f promauto.Factory) *prometheus.GaugeVec {
 	v := f.NewGaugeVec(prometheus.GaugeOpts{Name: "fleetsync_consul_foreign_checks",
-		Help: "Checks someone else registered on this cluster's Consul nodes (kind node) or under its instances (kind service), by status, as the reads of owned state last saw them; never written or deleted by fleetsync. One not passing takes instances out of Consul's healthy answers and DNS, and fails /readyz."},
+		Help: "Checks someone else registered on this cluster's Consul nodes (kind node) or under its instances (kind service) that concern a Service this replica syncs, by status, as the reads of owned state last saw them; never written or deleted by fleetsync. One not passing takes instances out of Consul's healthy answers and DNS, and fails /readyz."},
 		[]string{"kind", "status"})
 	for _, k := range []string{checkKindNode, checkKindService} {
 		for _, st := range checkStatuses {

@@ -1,9 +1,11 @@
 package supervisor
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,4 +138,48 @@ func TestForeignChecksSeenAtBootstrap(t *testing.T) {
 	f.waitFor(t, "the node check reported", func() bool {
 		return len(f.sup.Problems()) == 1 && countReasons(rep.got(), ReasonForeignCheck) == 1 && len(f.sup.ForeignChecks()[key]) == 1
 	})
+}
+
+// checkHooks hears the counted foreign checks.
+type checkHooks struct {
+	nopHooks
+	counted chan []consul.ForeignCheck
+}
+
+func (h checkHooks) ForeignChecks(checks []consul.ForeignCheck) { h.counted <- checks }
+
+// TestForeignChecksOfOtherShardsAreNotCounted: a replica that holds none
+// of the shards sees, in its bootstrap read, the checks on every Service
+// of the cluster; it counts and reports none of them (it never reads
+// those Services again, so what it saw would go stale).
+func TestForeignChecksOfOtherShardsAreNotCounted(t *testing.T) {
+	w, store := newFakeWatcher(), newMemStore()
+	svc := service("ns", "web", "10.4.0.1")
+	svc.Object = &corev1.Service{}
+	w.services[svc.Key] = svc
+	close(w.synced)
+	id := store.cluster.InstanceID("ns", "web", "10.4.0.1", 8080)
+	store.put(store.cluster.Stamp(consul.Instance{ID: id, Name: "web", Address: "10.4.0.1", Port: 8080,
+		Meta: map[string]string{worker.MetaNamespace: "ns", worker.MetaService: "web"}}), store.cluster.NodeName())
+	fatalIf(t, store.twin.RegisterCheck(store.cluster.NodeName(), "_node_maintenance", "", api.HealthCritical))
+	fatalIf(t, store.twin.RegisterCheck(store.cluster.NodeName(), "probe", id, api.HealthCritical))
+	hooks := checkHooks{counted: make(chan []consul.ForeignCheck, 10)}
+	rep := &recordingReporter{}
+	sup := New(Options{Selector: Selector{Allow: []string{"*"}}, Worker: worker.Config{Cluster: store.cluster},
+		Watcher: w, Store: store, Shards: 2, Reporter: rep, Hooks: Hooks{Consul: hooks}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case got := <-hooks.counted:
+		if len(got) != 0 || len(store.ForeignChecks()) != 2 {
+			t.Fatalf("counted %d of the %d checks the bootstrap read saw, want none: no Service here", len(got), len(store.ForeignChecks()))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report of the foreign checks after bootstrap")
+	}
+	if p, msgs := sup.Problems(), rep.got(); len(p) != 0 || len(msgs) != 0 || len(sup.ForeignChecks()) != 0 {
+		t.Fatalf("problems %q, events %q, rows %v: want none", p, msgs, sup.ForeignChecks())
+	}
 }
