@@ -103,10 +103,14 @@ func (b *bench) toK8s() error {
 // registerVMs puts n services x m instances, each with a passing check, on
 // tok8sNodes nodes that are not fleetsync's, 4 transactions in flight.
 func (b *bench) registerVMs(n, m int) error {
-	var ops consulapi.TxnOps
+	var nodes, ops consulapi.TxnOps
 	for k := range tok8sNodes {
-		ops = append(ops, &consulapi.TxnOp{Node: &consulapi.NodeTxnOp{Verb: consulapi.NodeSet,
+		nodes = append(nodes, &consulapi.TxnOp{Node: &consulapi.NodeTxnOp{Verb: consulapi.NodeSet,
 			Node: consulapi.Node{Node: fmt.Sprintf("vm-node-%02d", k), Address: fmt.Sprintf("10.99.0.%d", k+1)}}})
+	}
+	// The nodes first: a service op on a node not yet registered is refused.
+	if err := b.sendOps(nodes); err != nil {
+		return err
 	}
 	for i := range n {
 		for j := range m {
@@ -140,7 +144,11 @@ func (b *bench) sendOps(ops consulapi.TxnOps) error {
 			return fmt.Errorf("consul txn: %w", err)
 		}
 		if !ok {
-			return fmt.Errorf("consul txn refused: %v", resp.Errors)
+			var why []string
+			for _, e := range resp.Errors {
+				why = append(why, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+			}
+			return fmt.Errorf("consul txn refused: %s", strings.Join(why, "; "))
 		}
 		return nil
 	})
