@@ -65,6 +65,10 @@ type Options struct {
 	// Scope is the namespace and partition of every op and read
 	// (Consul Enterprise; the zero Scope is Consul OSS's).
 	Scope Scope
+	// Namespaces, when set, is asked to make each namespace a
+	// transaction registers or updates instances in exist before it is
+	// sent (nil: the namespaces must exist).
+	Namespaces NamespaceEnsurer
 	// MarksMaxAge is how long one read of the catalog marks is shared
 	// (see CatalogMarks; default MarksMaxAge); negative: every call reads.
 	MarksMaxAge time.Duration

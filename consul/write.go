@@ -58,7 +58,8 @@ const (
 // ownership refused an input or a node named like ours is foreign (then
 // nothing at all is sent), ErrFenced when the change's shard was taken by
 // another replica (see Change.Fence), the guard's error when it says this
-// process may not write (claim.ErrLost).
+// process may not write (claim.ErrLost). With Options.Namespaces, the
+// namespaces ch registers or updates instances in are made to exist first.
 func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	permit := ch.Permit
 	defer func() { permit.Release() }()
@@ -67,6 +68,9 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 	}
 	groups, err := c.plan(ch)
 	if err != nil {
+		return Applied{}, err
+	}
+	if err := c.ensureNamespaces(ctx, groups); err != nil {
 		return Applied{}, err
 	}
 	var done Applied
@@ -91,6 +95,7 @@ func (c *Client) Apply(ctx context.Context, ch Change) (Applied, error) {
 			if te := (*TxnError)(nil); errors.As(err, &te) {
 				c.nodes.reinstate(retired) // refused: nothing committed
 			}
+			c.namespaceGone(err, groups[:n])
 			return done, err
 		}
 		done.Txns++

@@ -30,6 +30,8 @@ type Login struct {
 	Bearer     string
 	Meta       map[string]string
 	Datacenter string // the ?dc= it was sent with
+	Namespace  string // the ?ns= it was sent with
+	Partition  string // the ?partition= it was sent with
 }
 
 // EnableACL turns token checks on: method is the one auth method, bearers
@@ -85,7 +87,8 @@ func (a *ACL) serve(w http.ResponseWriter, r *http.Request) bool {
 		}
 		var p api.ACLLoginParams
 		_ = json.NewDecoder(r.Body).Decode(&p)
-		a.logins = append(a.logins, Login{Bearer: p.BearerToken, Meta: maps.Clone(p.Meta), Datacenter: r.URL.Query().Get("dc")})
+		a.logins = append(a.logins, Login{Bearer: p.BearerToken, Meta: maps.Clone(p.Meta), Datacenter: r.URL.Query().Get("dc"),
+			Namespace: r.URL.Query().Get("ns"), Partition: r.URL.Query().Get("partition")})
 		if p.AuthMethod != a.method {
 			http.Error(w, fmt.Sprintf("auth method %q not found", p.AuthMethod), http.StatusForbidden)
 			return false

@@ -30,7 +30,8 @@ type Server struct {
 	indexes  map[string]uint64
 	fault    func(r *http.Request) error
 	txns     int
-	acl      *ACL // nil: ACLs off
+	acl      *ACL        // nil: ACLs off
+	ns       *Namespaces // nil: Consul OSS (no namespaces)
 }
 
 type node struct {
@@ -109,6 +110,9 @@ func (s *Server) Wipe() {
 	defer s.mu.Unlock()
 	s.nodes, s.kv, s.indexes, s.raft = map[string]*node{}, map[string]*api.KVPair{}, map[string]uint64{}, 10
 	s.sessions = map[string]*api.SessionEntry{}
+	if s.ns != nil {
+		clear(s.ns.have)
+	}
 }
 
 // Snapshot is the twin's state at one moment (see Restore).
@@ -205,6 +209,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.serveSession(w, r, verb, id)
 	case p == "/v1/status/leader":
 		writeJSON(w, 1, `"127.0.0.1:8300"`)
+	case s.ns != nil && (p == "/v1/namespace" || strings.HasPrefix(p, "/v1/namespace/")):
+		s.ns.serve(w, r)
 	case strings.HasPrefix(p, "/v1/kv/"):
 		key, ok := rest("/v1/kv/")
 		if !ok {

@@ -41,6 +41,11 @@
 //   - With EnableACL, logins and tokens as Consul's ACL system answers them
 //     (see ACL).
 //
+//   - With EnableNamespaces, Consul Enterprise's namespaces as fleetsync
+//     and consul-k8s use them: read, create, and a transaction op into a
+//     missing namespace refused (see Namespaces; not compared with an
+//     Enterprise server, none runs here).
+//
 // Blocking queries and ACL policies are not served (fleetsync's catalog
 // code uses neither; its permission tests run against the real agent).
 package consultest

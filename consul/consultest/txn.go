@@ -32,6 +32,9 @@ func (t *txn) bump(names ...string) {
 }
 
 func (t *txn) do(op *api.TxnOp) (*api.TxnResult, error) {
+	if err := t.s.missingNamespace(op); err != nil {
+		return nil, err
+	}
 	switch {
 	case op.KV != nil:
 		return t.kvOp(op.KV)
