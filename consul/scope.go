@@ -126,7 +126,7 @@ func (c *Client) CheckScope(ctx context.Context) error {
 			flags = append(flags, fmt.Sprintf("--consul-partition=%s", s.Partition))
 		}
 		if s.MirrorNamespaces {
-			flags = append(flags, "--enable-k8s-namespace-mirroring")
+			flags = append(flags, "--enable-k8s-namespace-mirroring (on by default with --enable-namespaces)")
 		}
 		return fmt.Errorf("%w: this Consul refuses %s (%s); remove the flag(s) for Consul OSS, or use the default namespace and partition", conn.ErrEnterpriseOnly, strings.Join(flags, " "), se.Body)
 	}

@@ -17,7 +17,7 @@ func runACLSetup(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := flag.NewFlagSet("fleetsync acl-setup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	registerConsulFlags(fs, &cfg)
+	registerConsulFlags(fs, &cfg, false)
 	var ac aclsetup.Config
 	fs.StringVar(&ac.ClusterID, "cluster-id", "", "the cluster fleetsync runs for (required; never read from FLEETSYNC_CLUSTER_ID)")
 	fs.StringVar(&ac.AuthMethod, "auth-method", "", "the Kubernetes auth method fleetsync logs in with (--consul-login-auth-method; consul-k8s: <release>-consul-k8s-component-auth-method): bind fleetsync's ServiceAccount to the role; without it, only the policy and the role (for a token: consul acl token create -role-name fleetsync-<cluster-id>)")
@@ -53,7 +53,7 @@ func runACLSetup(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
-	conn, err := openConsul(cfg)
+	conn, _, err := openConsul(ctx, cfg, false)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync acl-setup:", err)
 		return 1

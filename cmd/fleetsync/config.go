@@ -36,12 +36,16 @@ type config struct {
 	ConsulDatacenter     string
 	ConsulNamespace      string
 	ConsulPartition      string
-	MirrorNamespaces     bool
+	EnableNamespaces     bool
+	MirrorNamespaces     optionalBool // unset: EnableNamespaces (mirroring())
 	MirrorPrefix         string
+	CrossNSPolicy        string
 	LoginAuthMethod      string
 	LoginBearerTokenFile string
 	LoginMeta            stringList
 	LoginDatacenter      string
+	LoginNamespace       string
+	LoginPartition       string
 
 	DefaultSync        bool
 	AllowNamespaces    stringList
@@ -123,14 +127,18 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ConsulSSL, "consul-ssl", false, "talk HTTPS to Consul (default $CONSUL_HTTP_SSL, else consul-k8s's $CONSUL_USE_TLS)")
 	fs.BoolVar(&c.ConsulGzip, "consul-compression", false, "ask Consul to gzip its answers (for a Consul across a slow link: compressing costs Consul more CPU than the bytes cost a local network)")
 	fs.StringVar(&c.ConsulDatacenter, "consul-datacenter", "", "Consul datacenter of every read and write (default $CONSUL_DATACENTER, else the one the addresses belong to, read at start)")
-	fs.StringVar(&c.ConsulNamespace, "consul-namespace", "", "Consul Enterprise namespace of every instance, read and claim key (default $CONSUL_NAMESPACE; '' or 'default': none; Consul OSS refuses any other at start)")
+	fs.StringVar(&c.ConsulNamespace, "consul-namespace", "", "Consul Enterprise namespace of every instance, read and claim key, created at start if missing (with --consul-cross-namespace-acl-policy) (default $CONSUL_NAMESPACE; '' or 'default': none; Consul OSS refuses any other at start); consul-k8s's -consul-destination-namespace")
 	fs.StringVar(&c.ConsulPartition, "consul-partition", "", "Consul Enterprise admin partition of every node, instance, read and claim key (default $CONSUL_PARTITION; '' or 'default': none)")
-	fs.BoolVar(&c.MirrorNamespaces, "enable-k8s-namespace-mirroring", false, "Consul Enterprise: put each instance in the Consul namespace named like its Kubernetes namespace (with --k8s-namespace-mirroring-prefix), as consul-k8s's flag of that name")
+	fs.BoolVar(&c.EnableNamespaces, "enable-namespaces", false, "Consul Enterprise namespaces, as consul-k8s's -enable-namespaces: each instance goes in the Consul namespace named like its Kubernetes namespace (--enable-k8s-namespace-mirroring, on by default with this flag as in the consul chart), or with --enable-k8s-namespace-mirroring=false in --consul-namespace; a missing namespace is created before the first write into it, as consul-k8s does")
+	fs.Var(&c.MirrorNamespaces, "enable-k8s-namespace-mirroring", "Consul Enterprise: put each instance in the Consul namespace named like its Kubernetes namespace (with --k8s-namespace-mirroring-prefix), created if missing, as consul-k8s's flag of that name (default: on with --enable-namespaces, as the consul chart's syncCatalog.consulNamespaces.mirroringK8S, else off)")
 	fs.StringVar(&c.MirrorPrefix, "k8s-namespace-mirroring-prefix", "", "prefix of the mirrored Consul namespace names (with --enable-k8s-namespace-mirroring)")
-	fs.StringVar(&c.LoginAuthMethod, "consul-login-auth-method", "", "log in to Consul with this auth method (a Kubernetes one, e.g. consul-k8s's <release>-consul-k8s-component-auth-method) instead of a static token: the login token is renewed by logging in again when Consul no longer knows it, and logged out on shutdown")
-	fs.StringVar(&c.LoginBearerTokenFile, "consul-login-bearer-token-file", conn.DefaultBearerTokenFile, "bearer token to log in with (the pod's ServiceAccount token; read again before every login)")
-	fs.Var(&c.LoginMeta, "consul-login-meta", "key=value meta put on the login token (repeatable or comma-separated; e.g. pod=<namespace>/<name>)")
-	fs.StringVar(&c.LoginDatacenter, "consul-login-datacenter", "", "datacenter of the auth method (default --consul-datacenter): a global token from another datacenter's auth method")
+	fs.StringVar(&c.CrossNSPolicy, "consul-cross-namespace-acl-policy", "", "ACL policy (in the default namespace) attached as the default policy of every Consul namespace fleetsync creates, as consul-k8s's flag of that name (its chart's: cross-namespace-policy, with manageSystemACLs); creating one needs operator:write, and acl:write with a policy")
+	fs.StringVar(&c.LoginAuthMethod, "consul-login-auth-method", "", "log in to Consul with this auth method (a Kubernetes one, e.g. consul-k8s's <release>-consul-k8s-component-auth-method) instead of a static token: the login token is renewed by logging in again when Consul no longer knows it, and logged out on shutdown (default $CONSUL_LOGIN_AUTH_METHOD, unless --consul-token or --consul-token-file is given)")
+	fs.StringVar(&c.LoginBearerTokenFile, "consul-login-bearer-token-file", "", "bearer token to log in with, read again before every login (default $CONSUL_LOGIN_BEARER_TOKEN_FILE, else "+conn.DefaultBearerTokenFile+", the pod's ServiceAccount token)")
+	fs.Var(&c.LoginMeta, "consul-login-meta", "key=value meta put on the login token (repeatable or comma-separated; e.g. pod=<namespace>/<name>; default $CONSUL_LOGIN_META)")
+	fs.StringVar(&c.LoginDatacenter, "consul-login-datacenter", "", "datacenter of the auth method (default $CONSUL_LOGIN_DATACENTER, else --consul-datacenter): a global token from another datacenter's auth method")
+	fs.StringVar(&c.LoginNamespace, "consul-login-namespace", "", "Consul Enterprise namespace of the auth method (default $CONSUL_LOGIN_NAMESPACE, else the default namespace)")
+	fs.StringVar(&c.LoginPartition, "consul-login-partition", "", "Consul Enterprise admin partition of the auth method (default $CONSUL_LOGIN_PARTITION, else --consul-partition)")
 
 	fs.BoolVar(&c.DefaultSync, "default-sync", false, "sync Services without the "+worker.AnnotationSync+" annotation")
 	c.AllowNamespaces = stringList{values: []string{"*"}}
@@ -257,11 +265,8 @@ func (c *config) validate() error {
 	if c.LoginAuthMethod != "" && (c.ConsulToken != "" || c.ConsulTokenFile != "") {
 		return errors.New("--consul-login-auth-method and --consul-token/--consul-token-file: choose one (the login token replaces the static one)")
 	}
-	if c.MirrorPrefix != "" && !c.MirrorNamespaces {
-		return fmt.Errorf("--k8s-namespace-mirroring-prefix=%q needs --enable-k8s-namespace-mirroring", c.MirrorPrefix)
-	}
-	if c.MirrorNamespaces && c.ConsulNamespace != "" && c.ConsulNamespace != "default" {
-		return fmt.Errorf("--consul-namespace=%q and --enable-k8s-namespace-mirroring: choose one (mirroring names each instance's namespace after its Kubernetes namespace)", c.ConsulNamespace)
+	if err := c.validateNamespaces(); err != nil {
+		return err
 	}
 	if c.K8sTag != "" && c.K8sTag == c.ClusterID {
 		return fmt.Errorf("--k8s-tag=%q: must differ from the cluster id", c.K8sTag)

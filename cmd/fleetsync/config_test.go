@@ -144,7 +144,10 @@ func TestConfigurationDoc(t *testing.T) {
 		"`CONSUL_TLS_SERVER_NAME`, `CONSUL_HTTP_SSL`) are read as consul/api reads them, and\n" +
 		"`CONSUL_DATACENTER`, `CONSUL_NAMESPACE`, `CONSUL_PARTITION` are the defaults of `--consul-datacenter`,\n" +
 		"`--consul-namespace` and `--consul-partition`; the `--consul-*` flags override them. With\n" +
-		"`--consul-login-auth-method`, `CONSUL_HTTP_TOKEN` and `CONSUL_HTTP_TOKEN_FILE` are ignored.\n" +
+		"`--consul-login-auth-method`, `CONSUL_HTTP_TOKEN` and `CONSUL_HTTP_TOKEN_FILE` are ignored. consul-k8s's\n" +
+		"`CONSUL_LOGIN_AUTH_METHOD`, `CONSUL_LOGIN_BEARER_TOKEN_FILE`, `CONSUL_LOGIN_DATACENTER`, `CONSUL_LOGIN_META`,\n" +
+		"`CONSUL_LOGIN_NAMESPACE` and `CONSUL_LOGIN_PARTITION` are the defaults of the `--consul-login-*` flags\n" +
+		"(`CONSUL_LOGIN_AUTH_METHOD` not when `--consul-token` or `--consul-token-file` is given).\n" +
 		"Kubernetes access: in-cluster config, else `--kubeconfig`, `$KUBECONFIG`,\n" +
 		"`~/.kube/config` (client-go's loading rules).\n\n" +
 		"| flag | environment variable | default | meaning |\n|---|---|---|---|\n")

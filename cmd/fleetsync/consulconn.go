@@ -13,14 +13,17 @@ import (
 	"github.com/fleetsync/fleetsync/consul"
 	"github.com/fleetsync/fleetsync/consul/conn"
 	"github.com/fleetsync/fleetsync/consul/fence"
+	"github.com/fleetsync/fleetsync/consul/namespaces"
 )
 
 // consulConn is fleetsync's way into Consul: the connection (addresses,
-// token or login, TLS), the scope, and whether it logs in.
+// token or login, TLS), the scope, the auth method it logs in with ("":
+// none), and what creates the scope's missing namespaces (nil: none).
 type consulConn struct {
 	*conn.Conn
-	scope consul.Scope
-	login bool
+	scope      consul.Scope
+	authMethod string
+	namespaces *namespaces.Ensurer
 }
 
 // consulConnConfig is the connection part of the flags.
@@ -36,7 +39,7 @@ func consulConnConfig(cfg config) conn.Config {
 // $CONSUL_NAMESPACE and $CONSUL_PARTITION.
 func consulScope(cfg config, getenv func(string) string) consul.Scope {
 	s := consul.Scope{Namespace: cfg.ConsulNamespace, Partition: cfg.ConsulPartition,
-		MirrorNamespaces: cfg.MirrorNamespaces, MirrorPrefix: cfg.MirrorPrefix}
+		MirrorNamespaces: cfg.mirroring(), MirrorPrefix: cfg.MirrorPrefix}
 	if s.Namespace == "" && !s.MirrorNamespaces {
 		s.Namespace = getenv(conn.NamespaceEnv)
 	}
@@ -47,24 +50,24 @@ func consulScope(cfg config, getenv func(string) string) consul.Scope {
 }
 
 func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulConn, error) {
-	cc := &consulConn{scope: consulScope(cfg, os.Getenv), login: cfg.LoginAuthMethod != ""}
-	opts := conn.DialOptions{Log: log}
-	if cc.login {
-		meta, _ := cfg.loginMeta() // validated
-		opts.Login = &conn.LoginConfig{
-			AuthMethod: cfg.LoginAuthMethod, BearerTokenFile: cfg.LoginBearerTokenFile, Meta: withPodMeta(meta, os.Getenv),
-			Datacenter: cfg.LoginDatacenter, Partition: cc.scope.Partition,
-		}
+	cc := &consulConn{scope: consulScope(cfg, os.Getenv)}
+	login, err := consulLogin(cfg, cc.scope.Partition, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if login != nil {
+		cc.authMethod = login.AuthMethod
 	}
 	connCfg, err := connConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := conn.Dial(ctx, connCfg, opts)
+	cn, err := conn.Dial(ctx, connCfg, conn.DialOptions{Log: log, Login: login})
 	if err != nil {
 		return nil, err
 	}
-	cc.Conn = conn
+	cc.Conn = cn
+	cc.namespaces = newNamespaceEnsurer(cfg, cn, cc.scope, log.Named("consul-namespaces"))
 	return cc, nil
 }
 
@@ -72,7 +75,7 @@ func newConsulConn(ctx context.Context, cfg config, log hclog.Logger) (*consulCo
 // token's permissions on perms, retrying while Consul cannot be reached
 // (conn.Conn.Start); a permission the policy lacks is explained.
 func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Client, perms []conn.Permission, log hclog.Logger) error {
-	err := cc.Start(ctx, store.CheckScope, cc.scope.Partition, perms, log)
+	err := cc.Start(ctx, cc.checkScope(store), cc.scope.Partition, perms, log)
 	if errors.Is(err, conn.ErrNotPermitted) {
 		return cc.permissionError(cfg, "check the Consul ACL token's permissions", err)
 	}
@@ -81,7 +84,7 @@ func (cc *consulConn) start(ctx context.Context, cfg config, store *consul.Clien
 
 // logout ends the login token (at shutdown).
 func (cc *consulConn) logout(log hclog.Logger) {
-	if !cc.login {
+	if cc.authMethod == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -95,8 +98,8 @@ func (cc *consulConn) logout(log hclog.Logger) {
 // permission: which token, and what its policy must grant.
 func (cc *consulConn) permissionError(cfg config, what string, err error) error {
 	from := "the configured token"
-	if cc.login {
-		from = fmt.Sprintf("the token of auth method %q (accessor %s; its policies come from the auth method's binding rules)", cfg.LoginAuthMethod, cc.Tokens().Accessor())
+	if cc.authMethod != "" {
+		from = fmt.Sprintf("the token of auth method %q (accessor %s; its policies come from the auth method's binding rules)", cc.authMethod, cc.Tokens().Accessor())
 	}
 	toK8s := ""
 	if cfg.ToK8s.Enabled || cfg.ToK8s.Import {

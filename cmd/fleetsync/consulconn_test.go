@@ -12,8 +12,9 @@ import (
 func TestConsulAccessFlags(t *testing.T) {
 	runFlagCases(t, []flagCase{
 		{name: "login defaults", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s"}, check: func(t *testing.T, c config) {
-			if c.LoginBearerTokenFile != conn.DefaultBearerTokenFile || c.LoginAuthMethod != "k8s" {
-				t.Errorf("%+v", c)
+			lc, err := consulLogin(c, "", func(string) string { return "" })
+			if err != nil || lc == nil || lc.BearerTokenFile != conn.DefaultBearerTokenFile || lc.AuthMethod != "k8s" {
+				t.Errorf("login %+v, %v", lc, err)
 			}
 		}},
 		{name: "login and a static token", args: []string{"--cluster-id=x", "--consul-login-auth-method=k8s", "--consul-token-file=/t"}, wantErr: "choose one"},
@@ -32,6 +33,36 @@ func TestConsulAccessFlags(t *testing.T) {
 			}},
 		{name: "mirroring prefix alone", args: []string{"--cluster-id=x", "--k8s-namespace-mirroring-prefix=k8s-"}, wantErr: "needs --enable-k8s-namespace-mirroring"},
 		{name: "mirroring and a namespace", args: []string{"--cluster-id=x", "--enable-k8s-namespace-mirroring", "--consul-namespace=team"}, wantErr: "choose one"},
+		{name: "namespaces off by default", args: []string{"--cluster-id=x"}, check: func(t *testing.T, c config) {
+			if c.EnableNamespaces || c.mirroring() || consulScope(c, func(string) string { return "" }).Enterprise() {
+				t.Errorf("namespaces on by default: %+v", c)
+			}
+		}},
+		{name: "enable-namespaces turns mirroring on, as the consul chart", args: []string{"--cluster-id=x", "--enable-namespaces", "--k8s-namespace-mirroring-prefix=k8s-"},
+			check: func(t *testing.T, c config) {
+				s := consulScope(c, func(k string) string { return map[string]string{"CONSUL_NAMESPACE": "env-ns"}[k] })
+				if !s.MirrorNamespaces || s.MirrorPrefix != "k8s-" || s.Namespace != "" {
+					t.Errorf("scope %+v, want mirroring with prefix k8s- and no namespace from the environment", s)
+				}
+			}},
+		{name: "enable-namespaces from the environment", env: map[string]string{"FLEETSYNC_CLUSTER_ID": "x", "FLEETSYNC_ENABLE_NAMESPACES": "true"},
+			check: func(t *testing.T, c config) {
+				if !c.mirroring() {
+					t.Error("FLEETSYNC_ENABLE_NAMESPACES=true: mirroring off")
+				}
+			}},
+		{name: "enable-namespaces with a destination namespace", args: []string{"--cluster-id=x", "--enable-namespaces", "--enable-k8s-namespace-mirroring=false", "--consul-namespace=team"},
+			check: func(t *testing.T, c config) {
+				if s := consulScope(c, func(string) string { return "" }); s.MirrorNamespaces || s.Namespace != "team" {
+					t.Errorf("scope %+v, want namespace team without mirroring", s)
+				}
+			}},
+		{name: "enable-namespaces and a namespace without turning mirroring off", args: []string{"--cluster-id=x", "--enable-namespaces", "--consul-namespace=team"},
+			wantErr: "add --enable-k8s-namespace-mirroring=false"},
+		{name: "mirroring off by env, prefix refused", env: map[string]string{"FLEETSYNC_ENABLE_K8S_NAMESPACE_MIRRORING": "false"},
+			args: []string{"--cluster-id=x", "--enable-namespaces", "--k8s-namespace-mirroring-prefix=p-"}, wantErr: "needs --enable-k8s-namespace-mirroring"},
+		{name: "bad mirroring value names the variable", env: map[string]string{"FLEETSYNC_ENABLE_K8S_NAMESPACE_MIRRORING": "yes please"},
+			args: []string{"--cluster-id=x"}, wantErr: "FLEETSYNC_ENABLE_K8S_NAMESPACE_MIRRORING"},
 	})
 }
 
@@ -41,10 +72,11 @@ func TestConsulScopeAndPodMeta(t *testing.T) {
 	if s := consulScope(config{}, get); s.Namespace != "from-env" || s.Partition != "p-env" {
 		t.Errorf("env defaults: %+v", s)
 	}
-	if s := consulScope(config{ConsulNamespace: "flag", MirrorNamespaces: true}, get); s.Namespace != "flag" || !s.MirrorNamespaces {
+	mirror := optionalBool{value: true, set: true}
+	if s := consulScope(config{ConsulNamespace: "flag", MirrorNamespaces: mirror}, get); s.Namespace != "flag" || !s.MirrorNamespaces {
 		t.Errorf("flags win: %+v", s)
 	}
-	if s := consulScope(config{MirrorNamespaces: true}, get); s.Namespace != "" {
+	if s := consulScope(config{MirrorNamespaces: mirror}, get); s.Namespace != "" {
 		t.Errorf("mirroring takes no namespace from the environment: %+v", s)
 	}
 	if m := withPodMeta(nil, get); m["pod"] != "fs/fleetsync-0" {

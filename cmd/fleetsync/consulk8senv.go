@@ -30,16 +30,6 @@ func connConfig(cfg config) (conn.Config, error) {
 	return withConsulK8sEnv(consulConnConfig(cfg), os.Getenv)
 }
 
-// openConsul is conn.Open of connConfig: the operator commands' plain
-// connection.
-func openConsul(cfg config) (*conn.Conn, error) {
-	cc, err := connConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return conn.Open(cc)
-}
-
 // withConsulK8sEnv fills each connection setting that neither a flag (nor
 // its FLEETSYNC_* variable) nor Consul's own variable set from
 // consul-k8s's variable for it; cc holds the flags. For each setting the

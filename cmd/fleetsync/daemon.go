@@ -78,6 +78,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		ObserveWait:    metrics.ObserveWait,
 		RequestTimeout: cfg.ConsulTimeout,
 		Scope:          conn.scope,
+		Namespaces:     conn.namespaceEnsurer(),
 	})
 	health := conn.NewHealth(nil)
 	health.Timeout = cfg.ConsulTimeout
@@ -132,7 +133,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		log.Error("THIS IS A DELIBERATELY BROKEN TEST BUILD (-tags fleetsync_broken_nodelete): it never deletes an instance; never run it against a real Consul")
 	}
 	log.Info("Starting", "version", version, "http_addr", ln.Addr().String(), "consul", strings.Join(conn.Addresses(), ","), "consul_tls", conn.TLS(), "consul_token_file", conn.TokenFile(),
-		"consul_login_auth_method", cfg.LoginAuthMethod, "consul_datacenter", conn.Datacenter(), "consul_namespace", conn.scope.Namespace, "consul_partition", conn.scope.Partition,
+		"consul_login_auth_method", conn.authMethod, "consul_datacenter", conn.Datacenter(), "consul_namespace", conn.scope.Namespace, "consul_namespace_mirroring", conn.scope.MirrorNamespaces, "consul_partition", conn.scope.Partition,
 		"gc_percent", mem.GCPercent, "gc_percent_at_bootstrap", mem.BootGCPercent, "memory_limit_bytes", mem.Limit)
 
 	g, gctx := errgroup.WithContext(ctx)

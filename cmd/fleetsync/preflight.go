@@ -116,10 +116,11 @@ func preflight(cfg config, node string, timeout time.Duration) (preflightReport,
 	if err != nil {
 		return preflightReport{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	conn, err := openConsul(cfg)
+	conn, logout, err := openConsul(ctx, cfg, true)
 	if err != nil {
 		return preflightReport{}, err
 	}
+	defer logout()
 	entries, err := conn.ForeignEntries(ctx, node)
 	if err != nil {
 		return preflightReport{}, err

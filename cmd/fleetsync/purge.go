@@ -19,7 +19,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := flag.NewFlagSet("fleetsync purge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	registerConsulFlags(fs, &cfg)
+	registerConsulFlags(fs, &cfg, true)
 	clusterID := fs.String("cluster-id", "", "the cluster whose instances and node to remove (required; never read from FLEETSYNC_CLUSTER_ID)")
 	yes := fs.Bool("yes", false, "do it; without --yes purge only prints what it would do")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
@@ -54,11 +54,12 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	if *toK8s {
 		return purgeToK8s(ctx, cfg, *clusterID, *yes, stdout, stderr)
 	}
-	conn, err := openConsul(cfg)
+	conn, logout, err := openConsul(ctx, cfg, true)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync purge:", err)
 		return 1
 	}
+	defer logout()
 	p := admin.NewPurger(conn, cluster, cfg.ClaimPrefix)
 	plan, err := planWhenReleased(ctx, p.Plan, *waitReleased, clock.RealClock{}, stdout)
 	if err != nil {

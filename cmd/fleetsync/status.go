@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -19,23 +20,37 @@ import (
 	"github.com/fleetsync/fleetsync/ownership/k8smark"
 )
 
-// The operator subcommands (status, purge) reach Consul exactly as the
-// daemon does: the same --consul-* connection flags, their FLEETSYNC_*
-// variables and Consul's own CONSUL_* variables (see conn.Config), and
-// find the cluster-id claims under the same --claim-prefix.
+// The operator subcommands (status, purge, preflight, acl-setup) reach
+// Consul exactly as the daemon does: the same --consul-* connection flags,
+// their FLEETSYNC_* variables and Consul's own CONSUL_* variables (see
+// conn.Config), and find the cluster-id claims under the same
+// --claim-prefix.
 var consulConnectionFlags = []string{
 	"consul-address", "consul-token", "consul-token-file", "consul-ca-file",
 	"consul-client-cert", "consul-client-key", "consul-tls-server-name", "consul-ssl",
 	"consul-compression", "claim-prefix",
 }
 
+// consulLoginFlags are the daemon's login flags, which status, purge and
+// preflight take too (with consul-k8s's CONSUL_LOGIN_* variables); not
+// acl-setup, which needs a management token.
+var consulLoginFlags = []string{
+	"consul-login-auth-method", "consul-login-bearer-token-file", "consul-login-meta",
+	"consul-login-datacenter", "consul-login-namespace", "consul-login-partition",
+}
+
 // registerConsulFlags defines the daemon's Consul connection flags (and
-// --claim-prefix) on fs, bound to cfg's fields: the definitions (names,
-// usage, defaults) are the daemon's own, taken from config.registerFlags.
-func registerConsulFlags(fs *flag.FlagSet, cfg *config) {
+// --claim-prefix; with login, its login flags) on fs, bound to cfg's
+// fields: the definitions (names, usage, defaults) are the daemon's own,
+// taken from config.registerFlags.
+func registerConsulFlags(fs *flag.FlagSet, cfg *config, login bool) {
 	all := flag.NewFlagSet("fleetsync", flag.ContinueOnError)
 	cfg.registerFlags(all)
-	for _, name := range consulConnectionFlags {
+	names := consulConnectionFlags
+	if login {
+		names = append(slices.Clone(names), consulLoginFlags...)
+	}
+	for _, name := range names {
 		f := all.Lookup(name)
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
@@ -47,8 +62,10 @@ func registerConsulFlags(fs *flag.FlagSet, cfg *config) {
 // code when the command must stop here.
 func parseSubcommand(fs *flag.FlagSet, cfg *config, args []string, stderr io.Writer) (int, bool) {
 	allowed := map[string]bool{}
-	for _, name := range consulConnectionFlags {
-		allowed[envName(name)] = true
+	for _, name := range append(slices.Clone(consulConnectionFlags), consulLoginFlags...) {
+		if fs.Lookup(name) != nil {
+			allowed[envName(name)] = true
+		}
 	}
 	env := func(k string) string {
 		if !allowed[k] {
@@ -86,7 +103,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := flag.NewFlagSet("fleetsync status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	registerConsulFlags(fs, &cfg)
+	registerConsulFlags(fs, &cfg, true)
 	output := fs.String("o", "table", "output format: table or json")
 	toK8s := fs.Bool("to-k8s", false, "also list the Consul -> Kubernetes objects in the Kubernetes cluster of --kubeconfig/--context: per cluster id and Service, the Services and EndpointSlices carrying a to-k8s mark (mirror or import mode), their endpoints and how many are ready")
 	registerKubeFlags(fs, &cfg)
@@ -110,11 +127,12 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
-	conn, err := openConsul(cfg)
+	conn, logout, err := openConsul(ctx, cfg, true)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync status:", err)
 		return 1
 	}
+	defer logout()
 	inv, err := admin.Inspect(ctx, conn, cfg.ClaimPrefix, ownership.Finder{})
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsync status:", err)

@@ -131,7 +131,7 @@ func TestConsulFlagsAreTheDaemons(t *testing.T) {
 	daemonFS := flag.NewFlagSet("d", flag.ContinueOnError)
 	daemonCfg.registerFlags(daemonFS)
 	subFS := flag.NewFlagSet("s", flag.ContinueOnError)
-	registerConsulFlags(subFS, &subCfg)
+	registerConsulFlags(subFS, &subCfg, true)
 	n := 0
 	subFS.VisitAll(func(f *flag.Flag) {
 		n++
@@ -140,8 +140,8 @@ func TestConsulFlagsAreTheDaemons(t *testing.T) {
 			t.Errorf("flag %s differs from the daemon's: %+v vs %+v", f.Name, f, d)
 		}
 	})
-	if n != len(consulConnectionFlags) {
-		t.Errorf("%d flags, want %d", n, len(consulConnectionFlags))
+	if n != len(consulConnectionFlags)+len(consulLoginFlags) {
+		t.Errorf("%d flags, want %d", n, len(consulConnectionFlags)+len(consulLoginFlags))
 	}
 	if err := subFS.Parse([]string{"--consul-address=c:8501", "--consul-ssl", "--consul-token-file=/t"}); err != nil {
 		t.Fatal(err)

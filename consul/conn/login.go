@@ -43,7 +43,9 @@ type LoginConfig struct {
 	// The token must be valid where requests go: a local auth method's
 	// tokens are local to its datacenter.
 	Datacenter string
-	// Partition is the auth method's admin partition (Enterprise).
+	// Namespace and Partition are the auth method's namespace and admin
+	// partition (Enterprise; "": the default).
+	Namespace string
 	Partition string
 	// MinBackoff and MaxBackoff bound the wait between two logins that
 	// follow each other with no successful request between them
@@ -139,7 +141,7 @@ func (ts *TokenSource) loginLocked(ctx context.Context) error {
 		return fmt.Errorf("%w: the bearer token file %s (--consul-login-bearer-token-file) is empty", ErrLogin, l.cfg.BearerTokenFile)
 	}
 	tok, _, err := l.api.ACL().Login(&api.ACLLoginParams{AuthMethod: l.cfg.AuthMethod, BearerToken: bearer, Meta: l.cfg.Meta},
-		(&api.WriteOptions{Datacenter: l.cfg.Datacenter, Partition: l.cfg.Partition}).WithContext(ctx))
+		(&api.WriteOptions{Datacenter: l.cfg.Datacenter, Namespace: l.cfg.Namespace, Partition: l.cfg.Partition}).WithContext(ctx))
 	if err != nil {
 		var se api.StatusError
 		if errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
@@ -171,7 +173,7 @@ func (ts *TokenSource) Logout(ctx context.Context) error {
 	if tok == "" {
 		return nil
 	}
-	_, err := l.api.ACL().Logout((&api.WriteOptions{Token: tok, Datacenter: l.cfg.Datacenter, Partition: l.cfg.Partition}).WithContext(ctx))
+	_, err := l.api.ACL().Logout((&api.WriteOptions{Token: tok, Datacenter: l.cfg.Datacenter, Namespace: l.cfg.Namespace, Partition: l.cfg.Partition}).WithContext(ctx))
 	var se api.StatusError
 	if err != nil && !(errors.As(err, &se) && se.Code == http.StatusForbidden && strings.Contains(se.Body, "ACL not found")) {
 		return fmt.Errorf("consul logout (token %s): %w", l.accessor, err)

@@ -27,7 +27,8 @@ var ErrEnterpriseOnly = errors.New("consul: namespaces and admin partitions need
 // for what no retry mends: addresses of several datacenters or clusters
 // (ErrNotOneCluster), the login refused (ErrLogin), a namespace or
 // partition Consul does not have (ErrEnterpriseOnly), a permission the
-// policy lacks (ErrNotPermitted); and nil when ctx ends first.
+// policy lacks (ErrNotPermitted, from the permission check or from
+// checkScope); and nil when ctx ends first.
 func (cn *Conn) Start(ctx context.Context, checkScope func(context.Context) error, partition string, perms []Permission, log hclog.Logger) error {
 	retry := backoff.New(startBackoff)
 	loggedIn := cn.tokens == nil || cn.tokens.login == nil
@@ -57,7 +58,7 @@ func (cn *Conn) Start(ctx context.Context, checkScope func(context.Context) erro
 					return err
 				}
 			}
-			if errors.Is(err, ErrEnterpriseOnly) {
+			if errors.Is(err, ErrEnterpriseOnly) || errors.Is(err, ErrNotPermitted) {
 				return err
 			}
 		}

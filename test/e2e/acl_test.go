@@ -229,7 +229,7 @@ key_prefix "fleetsync/clusters/" { policy = "write" }
 func TestConsulNamespaceOnOSS(t *testing.T) {
 	e := newEnv(t)
 	svcSet(t, e, "ns", 1, 1, 190)
-	for _, flag := range []string{"--consul-namespace=team-a", "--enable-k8s-namespace-mirroring", "--consul-partition=part-1"} {
+	for _, flag := range []string{"--consul-namespace=team-a", "--enable-k8s-namespace-mirroring", "--enable-namespaces", "--consul-partition=part-1"} {
 		d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 			ConsulAddr: consul.Addr, Namespaces: []string{e.ns}, Args: []string{flag}})
 		must(t, err)
