@@ -107,8 +107,9 @@ consul:
   ca: {secretName: consul-ca-cert, key: tls.crt}
   datacenter: dc1
   partition: team-a
-  mirrorK8sNamespaces: true
+  enableNamespaces: true
   mirrorK8sNamespacesPrefix: k8s-
+  crossNamespaceACLPolicy: cross-namespace-policy
   login:
     enabled: true
     authMethod: consul-consul-k8s-component-auth-method
@@ -179,6 +180,8 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{"login without an auth method", "clusterID: prod\nconsul: {address: c:8500, login: {enabled: true}}", "consul.login.authMethod is required"},
 		{"login and a token", "clusterID: prod\nconsul: {address: c:8500, tokenSecret: {name: t}, login: {enabled: true, authMethod: m}}", "set one"},
 		{"mirroring and a namespace", "clusterID: prod\nconsul: {address: c:8500, namespace: a, mirrorK8sNamespaces: true}", "set one"},
+		{"namespaces (mirroring by default) and a namespace", "clusterID: prod\nconsul: {address: c:8500, namespace: a, enableNamespaces: true}",
+			"set consul.mirrorK8sNamespaces: false"},
 		{"extra address not host:port", "clusterID: prod\nconsul: {address: c:8500, extraAddresses: [\"c2\"]}", "/consul/extraAddresses/0"},
 	}
 	for _, c := range cases {
@@ -334,7 +337,7 @@ func TestHelmTemplateValues(t *testing.T) {
 	lc := lg.Spec.Template.Spec.Containers[0]
 	for _, a := range []string{"--consul-login-auth-method=consul-consul-k8s-component-auth-method", "--consul-login-datacenter=dc1",
 		"--consul-login-meta=component=fleetsync", "--consul-datacenter=dc1", "--consul-partition=team-a",
-		"--enable-k8s-namespace-mirroring=true", "--k8s-namespace-mirroring-prefix=k8s-",
+		"--enable-namespaces=true", "--k8s-namespace-mirroring-prefix=k8s-", "--consul-cross-namespace-acl-policy=cross-namespace-policy",
 		"--consul-address=https://consul-server-0.consul-server.consul.svc:8501,consul-server-1.consul-server.consul.svc:8501,consul-server-2.consul-server.consul.svc:8501"} {
 		if !slices.Contains(lc.Args, a) {
 			t.Errorf("login profile: args %q lack %q", lc.Args, a)
@@ -350,7 +353,8 @@ func TestHelmTemplateValues(t *testing.T) {
 	}
 	// Without login, none of its flags.
 	for _, a := range c.Args {
-		if strings.HasPrefix(a, "--consul-login") || strings.HasPrefix(a, "--consul-namespace") || strings.HasPrefix(a, "--enable-k8s-namespace-mirroring") {
+		if strings.HasPrefix(a, "--consul-login") || strings.HasPrefix(a, "--consul-namespace") || strings.HasPrefix(a, "--enable-k8s-namespace-mirroring") ||
+			strings.HasPrefix(a, "--enable-namespaces") || strings.HasPrefix(a, "--consul-cross-namespace") {
 			t.Errorf("everything profile passes %q", a)
 		}
 	}

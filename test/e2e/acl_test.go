@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,6 +222,67 @@ key_prefix "fleetsync/clusters/" { policy = "write" }
 		t.Fatalf("exit %v; want a login error naming the auth method; log:\n%s", err, log)
 	}
 	t.Logf("no binding rule: %s", lastLineWith(log, a.method))
+}
+
+// TestOperatorCommandsLogIn: against a Consul with ACLs default-deny and
+// no token at all, only the Kubernetes auth method, `fleetsync status`
+// logs in from consul-k8s's CONSUL_LOGIN_* variables and `fleetsync purge
+// --yes` from the --consul-login-* flags, as the daemon does: status
+// shows the cluster the daemon synced, purge removes its instances, node
+// and claim; both log out (no login token left). Without a login, purge
+// is refused.
+func TestOperatorCommandsLogIn(t *testing.T) {
+	e := newEnv(t)
+	a := newACLLogin(t, e, aclRules)
+	_, keys := svcSet(t, e, "oplogin", 2, 2, 165)
+	d := a.spawn(t, e)
+	must(t, d.WaitReady(e.ctx, 60*time.Second))
+	e.waitCount(a.admin, len(keys), 20*time.Second)
+	must(t, d.Stop())
+	bin, err := fixture.Build()
+	must(t, err)
+	command := func(env []string, args ...string) (string, error) {
+		cmd := exec.CommandContext(e.ctx, bin, args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "CONSUL_") && !strings.HasPrefix(kv, "FLEETSYNC_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	addr := "--consul-address=" + a.consul.Addr
+
+	out, err := command(nil, "purge", "--cluster-id="+e.cluster, addr, "--yes")
+	if err == nil {
+		t.Fatalf("purge without a token or login succeeded:\n%s", out)
+	}
+	out, err = command([]string{"CONSUL_LOGIN_AUTH_METHOD=" + a.method, "CONSUL_LOGIN_BEARER_TOKEN_FILE=" + a.bearerFile,
+		"CONSUL_LOGIN_META=component=status"}, "status", addr)
+	t.Logf("fleetsync status (CONSUL_LOGIN_*):\n%s", out)
+	if err != nil || !strings.Contains(out, e.cluster) || !strings.Contains(out, e.node()) {
+		t.Fatalf("status: %v; want cluster %s on node %s", err, e.cluster, e.node())
+	}
+	if toks := a.loginTokens(t); len(toks) != 0 {
+		t.Fatalf("status left %d login tokens", len(toks))
+	}
+
+	out, err = command(nil, "purge", "--cluster-id="+e.cluster, addr, "--yes",
+		"--consul-login-auth-method="+a.method, "--consul-login-bearer-token-file="+a.bearerFile)
+	t.Logf("fleetsync purge --yes (--consul-login-*):\n%s", out)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("Deregistered %d instances", len(keys))) {
+		t.Fatalf("purge: %v; want %d instances deregistered", err, len(keys))
+	}
+	if n, _ := fixture.NodeServiceCount(a.admin, e.node()); n != 0 {
+		t.Fatalf("%d instances left after purge", n)
+	}
+	if node, _, err := a.admin.Catalog().Node(e.node(), nil); err != nil || node != nil {
+		t.Fatalf("node %s after purge: %+v, %v", e.node(), node, err)
+	}
+	if toks := a.loginTokens(t); len(toks) != 0 {
+		t.Fatalf("purge left %d login tokens", len(toks))
+	}
 }
 
 // TestConsulNamespaceOnOSS: against Consul OSS a non-default namespace

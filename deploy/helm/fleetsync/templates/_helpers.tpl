@@ -52,7 +52,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail "consul.login.enabled and consul.tokenSecret.name: set one (the login token replaces the static one)" -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.consul.mirrorK8sNamespaces .Values.consul.namespace -}}
+{{- if and (include "fleetsync.mirrorNamespaces" .) .Values.consul.namespace (ne .Values.consul.namespace "default") -}}
+{{- if kindIs "invalid" .Values.consul.mirrorK8sNamespaces -}}
+{{- fail "consul.enableNamespaces and consul.namespace: mirroring is on by default with enableNamespaces (as the consul chart's mirroringK8S); set consul.mirrorK8sNamespaces: false to put every instance in consul.namespace" -}}
+{{- end -}}
 {{- fail "consul.mirrorK8sNamespaces and consul.namespace: set one (mirroring names each instance's namespace after its Kubernetes namespace)" -}}
 {{- end -}}
 {{- if and .Values.consul.ca.secretName .Values.consul.ca.configMapName -}}
@@ -78,4 +81,13 @@ chart takes its syncCatalog values (so its values can be copied). Call with
 {{/* The namespace of the mirrored Services (--k8s-write-namespace). */}}
 {{- define "fleetsync.toK8sNamespace" -}}
 {{- default .Release.Namespace .Values.toK8s.writeNamespace -}}
+{{- end -}}
+
+{{/* "true" when instances go in their Kubernetes namespace's mirror:
+consul.mirrorK8sNamespaces when set, else consul.enableNamespaces (the
+binary's --enable-k8s-namespace-mirroring default); "" otherwise. */}}
+{{- define "fleetsync.mirrorNamespaces" -}}
+{{- if kindIs "invalid" .Values.consul.mirrorK8sNamespaces -}}
+{{- if .Values.consul.enableNamespaces }}true{{ end -}}
+{{- else if .Values.consul.mirrorK8sNamespaces }}true{{ end -}}
 {{- end -}}

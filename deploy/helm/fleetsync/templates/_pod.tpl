@@ -187,11 +187,19 @@ datacenter, Enterprise namespaces and partitions, the login. */}}
 {{- with .Values.consul.partition }}
 - {{ print "--consul-partition=" . | toJson }}
 {{- end }}
-{{- if .Values.consul.mirrorK8sNamespaces }}
-- "--enable-k8s-namespace-mirroring=true"
+{{- if .Values.consul.enableNamespaces }}
+- "--enable-namespaces=true"
+{{- end }}
+{{- if not (kindIs "invalid" .Values.consul.mirrorK8sNamespaces) }}
+- {{ print "--enable-k8s-namespace-mirroring=" .Values.consul.mirrorK8sNamespaces | toJson }}
+{{- end }}
+{{- if include "fleetsync.mirrorNamespaces" . }}
 {{- with .Values.consul.mirrorK8sNamespacesPrefix }}
 - {{ print "--k8s-namespace-mirroring-prefix=" . | toJson }}
 {{- end }}
+{{- end }}
+{{- with .Values.consul.crossNamespaceACLPolicy }}
+- {{ print "--consul-cross-namespace-acl-policy=" . | toJson }}
 {{- end }}
 {{- with .Values.consul.login }}
 {{- if .enabled }}
