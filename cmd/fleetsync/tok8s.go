@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -49,15 +50,16 @@ type toK8sConfig struct {
 	DeletionGrace   time.Duration
 	MaxWatches      int
 	PollEvery       time.Duration
+	Domain          string
+	AdoptConsulK8s  bool
 }
-
-// ToK8sModeEndpointSlices is the one mirror kind built so far.
-const toK8sModeEndpointSlices = "endpointslices"
 
 func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Enabled, "to-k8s", false, "mirror Consul services into Kubernetes: each Consul service that passes the filters becomes a selectorless ClusterIP Service in --k8s-write-namespace with EndpointSlices of its instances (consul-k8s -to-k8s)")
 	fs.BoolVar(&c.Import, "to-k8s-import", false, "import mode: fill the EndpointSlices of every selectorless Service annotated "+k8smark.AnnotationConsulService+": <consul service> with that service's instances (the Service stays the user's)")
-	fs.StringVar(&c.Mode, "to-k8s-mode", toK8sModeEndpointSlices, "what --to-k8s makes of a Consul service: endpointslices (a selectorless ClusterIP Service and EndpointSlices)")
+	fs.StringVar(&c.Mode, "to-k8s-mode", wtok8s.KindEndpointSlices, "what --to-k8s makes of a Consul service: endpointslices (a selectorless ClusterIP Service and EndpointSlices), headless (a selectorless headless Service and EndpointSlices) or externalname (consul-k8s's object: a Service of type ExternalName pointing at <name>.service.<--consul-domain>, no slices); a change replaces fleetsync's Services")
+	fs.BoolVar(&c.AdoptConsulK8s, "to-k8s-adopt-consul-k8s", false, "a Service of a mirrored name that is exactly consul-k8s's object of that Consul service (label consul=true, type ExternalName, <name>.service.<--consul-domain>) becomes fleetsync's, once; any other Service of a mirrored name is left alone (NameTaken)")
+	fs.StringVar(&c.Domain, "consul-domain", wtok8s.DefaultDomain, "Consul's DNS domain, for --to-k8s-mode=externalname (consul-k8s's -consul-domain)")
 	fs.StringVar(&c.Namespace, "k8s-write-namespace", "", "namespace of the Services --to-k8s makes (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&c.Prefix, "k8s-service-prefix", "", "prefix of the Services --to-k8s makes (a name that is not a valid Service name is sanitised and hashed)")
 	fs.Var(&c.Allow, "to-k8s-allow", "Consul service names to mirror (globs; repeatable or comma-separated; default all)")
@@ -78,8 +80,13 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 }
 
 func (c *toK8sConfig) validate() error {
-	if c.Mode != toK8sModeEndpointSlices {
-		return fmt.Errorf("--to-k8s-mode=%q: must be %s", c.Mode, toK8sModeEndpointSlices)
+	switch c.Mode {
+	case wtok8s.KindEndpointSlices, wtok8s.KindHeadless, wtok8s.KindExternalName:
+	default:
+		return fmt.Errorf("--to-k8s-mode=%q: must be endpointslices, headless or externalname", c.Mode)
+	}
+	if errs := validation.IsDNS1123Subdomain(c.Domain); len(errs) > 0 {
+		return fmt.Errorf("--consul-domain=%q: %s", c.Domain, errs[0])
 	}
 	switch c.Warning {
 	case wtok8s.WarningReady, wtok8s.WarningFallback, wtok8s.WarningNotReady:
@@ -185,7 +192,8 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 	}
 	sup := stok8s.New(stok8s.Options{
 		Config: wtok8s.Config{Cluster: cluster, Mark: mark, ExcludeTag: c.ExcludeTag, IncludeClusters: c.IncludeClusters.values,
-			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window},
+			Warning: c.Warning, Critical: c.Critical, AddressTag: c.AddressTag, Window: c.Window, Kind: c.Mode, Domain: c.Domain,
+			AdoptConsulK8s: c.AdoptConsulK8s},
 		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values, RequireTag: c.RequireTag},
 		Query: watch.Query{Tag: c.RequireTag, Filter: c.Filter}, Catalog: w.Services, Health: w.HealthQuery, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
 		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace, Metrics: fleet.metrics,

@@ -163,7 +163,7 @@ func (w *Writer) CreateService(ctx context.Context, svc *corev1.Service) (*corev
 }
 
 // UpdateService replaces old, as read with the mark, by old with svc's
-// labels, annotations, type and ports, on the condition that old's
+// labels, annotations, type, ports and externalName, on the condition that old's
 // resourceVersion is still the stored one: every label, annotation and
 // field others set on old is kept. (Not a server-side apply: a port that
 // fleetsync created by a create stays owned by that create's entry in
@@ -177,7 +177,7 @@ func (w *Writer) UpdateService(ctx context.Context, old, svc *corev1.Service) (*
 	}
 	next := old.DeepCopy()
 	next.Labels, next.Annotations = merged(old.Labels, svc.Labels), merged(old.Annotations, svc.Annotations)
-	next.Spec.Type, next.Spec.Ports = svc.Spec.Type, svc.Spec.Ports
+	next.Spec.Type, next.Spec.Ports, next.Spec.ExternalName = svc.Spec.Type, svc.Spec.Ports, svc.Spec.ExternalName
 	var out *corev1.Service
 	err := w.send(ctx, "update", "Service", func() (err error) {
 		out, err = w.client.CoreV1().Services(svc.Namespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: w.manager})
@@ -185,6 +185,37 @@ func (w *Writer) UpdateService(ctx context.Context, old, svc *corev1.Service) (*
 	})
 	if err != nil {
 		return nil, fmt.Errorf("update service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return out, nil
+}
+
+// AdoptService makes the Service of svc's name, which does not carry the
+// mark, fleetsync's: it reads it, lets adopt refuse it or return what it
+// becomes (which must carry the mark), and writes that on the condition
+// that the resourceVersion read is still the stored one.
+func (w *Writer) AdoptService(ctx context.Context, svc *corev1.Service, adopt func(old *corev1.Service) (*corev1.Service, error)) (*corev1.Service, error) {
+	old, err := w.client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("adopt service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	next, err := adopt(old.DeepCopy())
+	if err != nil {
+		return nil, fmt.Errorf("adopt service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	if err := w.owns("adopt", next); err != nil {
+		return nil, err
+	}
+	if next.Namespace != old.Namespace || next.Name != old.Name || next.UID != old.UID {
+		return nil, fmt.Errorf("adopt service %s/%s: the adopted object has another name or UID", svc.Namespace, svc.Name)
+	}
+	next.ResourceVersion = old.ResourceVersion
+	var out *corev1.Service
+	err = w.send(ctx, "update", "Service", func() (err error) {
+		out, err = w.client.CoreV1().Services(next.Namespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: w.manager})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adopt service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return out, nil
 }

@@ -51,6 +51,9 @@ type Config struct {
 	Critical        string   // CriticalNotReady (default), CriticalDrop
 	AddressTag      string   // a tagged address to use first (e.g. lan_ipv4); "": none
 	Window          time.Duration
+	Kind            string // mirror kind: KindEndpointSlices (default), KindHeadless, KindExternalName
+	Domain          string // Consul's DNS domain of KindExternalName (default DefaultDomain)
+	AdoptConsulK8s  bool   // consul-k8s's ExternalName Service of a mirrored name becomes fleetsync's
 }
 
 // Unit is one Kubernetes Service fed by one Consul service.
@@ -302,6 +305,7 @@ func (c Config) DesiredService(u Unit, eps []endpoint) *corev1.Service {
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{
 			Name: PortName, Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromString(PortName)}}},
 	}
+	c.shape(u, svc)
 	c.Mark.Stamp(svc)
 	return svc
 }

@@ -61,8 +61,8 @@ func SameSlice(desired, actual *discoveryv1.EndpointSlice) bool {
 }
 
 // SameService reports whether actual already holds what fleetsync applies
-// of desired: its labels and annotations (others' are ignored), type and
-// ports (the API server's defaults, such as a port's nodePort, ignored).
+// of desired: its labels and annotations (others' are ignored), kind,
+// externalName and ports (the API server's defaults, such as a port's nodePort, ignored).
 func SameService(desired, actual *corev1.Service) bool {
 	sub := func(want, have map[string]string) bool {
 		for k, v := range want {
@@ -73,7 +73,8 @@ func SameService(desired, actual *corev1.Service) bool {
 		return true
 	}
 	if !sub(desired.Labels, actual.Labels) || !sub(desired.Annotations, actual.Annotations) ||
-		desired.Spec.Type != actual.Spec.Type || len(desired.Spec.Ports) != len(actual.Spec.Ports) {
+		desired.Spec.Type != actual.Spec.Type || KindOf(desired) != KindOf(actual) ||
+		desired.Spec.ExternalName != actual.Spec.ExternalName || len(desired.Spec.Ports) != len(actual.Spec.Ports) {
 		return false
 	}
 	for i, d := range desired.Spec.Ports {

@@ -2,6 +2,7 @@ package tok8s
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -56,6 +57,13 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 		if want == nil {
 			return w.deleteAll(ctx, slices, svc)
 		}
+		if svc != nil && KindOf(svc) != KindOf(want) {
+			// Another kind (--to-k8s-mode changed): a clusterIP cannot
+			// change in place, so the Service and its slices go and the
+			// next flush creates the new kind.
+			w.log.Info("Mirror kind changed; replacing the Service", "from", KindOf(svc), "to", KindOf(want))
+			return w.deleteAll(ctx, slices, svc)
+		}
 		n, got, err := w.ensureService(ctx, want, svc)
 		wrote += n
 		if err != nil || got == nil {
@@ -70,7 +78,11 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 		owner = OwnerOf(target.Name, target.UID)
 	}
 	w.report(target, ReasonInstanceSkipped, problems)
-	plan := Diff(w.opts.Config.DesiredSlices(u, eps, slices, owner), slices)
+	var desired []*discoveryv1.EndpointSlice
+	if !u.Mirror || w.opts.Config.HasSlices() {
+		desired = w.opts.Config.DesiredSlices(u, eps, slices, owner)
+	}
+	plan := Diff(desired, slices)
 	n, err := w.apply(ctx, plan)
 	return wrote + n, false, err
 }
@@ -91,15 +103,31 @@ func (w *Worker) ensureService(ctx context.Context, want, have *corev1.Service) 
 		return 1, got, nil
 	}
 	got, err = w.opts.Writer.CreateService(ctx, want)
+	if apierrors.IsAlreadyExists(err) && w.opts.Config.AdoptConsulK8s {
+		u, _, _ := w.opts.Lookup()
+		got, err = w.opts.Writer.AdoptService(ctx, want, w.opts.Config.adoptConsulK8s(u, want))
+		if err == nil {
+			w.log.Info("Adopted consul-k8s's Service of the mirrored name")
+			w.takenSeen = false
+			w.wrote["svc/"+got.Name] = got.ResourceVersion
+			w.wroteAt = w.opts.Clock.Now()
+			return 2, got, nil
+		}
+		if !errors.Is(err, errNotConsulK8s) {
+			return 2, nil, err
+		}
+		err = apierrors.NewAlreadyExists(corev1.Resource("services"), want.Name)
+	}
 	if apierrors.IsAlreadyExists(err) {
-		if !w.takenSeen {
-			w.takenSeen = true
-			w.log.Warn("A Service of the mirrored name exists and is not ours; leaving it alone")
-			if w.opts.Reporter != nil {
-				ref := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
-				w.opts.Reporter.Warning(ref, ReasonNameTaken, "fleetsync would mirror Consul service "+want.Annotations[AnnotationConsulService]+
-					" here, but this Service is not fleetsync's; it is left alone")
-			}
+		if w.takenSeen {
+			return 0, nil, nil // reported: tried again at the unit's next change, not in a loop
+		}
+		w.takenSeen = true
+		w.log.Warn("A Service of the mirrored name exists and is not ours; leaving it alone")
+		if w.opts.Reporter != nil {
+			ref := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+			w.opts.Reporter.Warning(ref, ReasonNameTaken, "fleetsync would mirror Consul service "+want.Annotations[AnnotationConsulService]+
+				" here, but this Service is not fleetsync's; it is left alone")
 		}
 		return 1, nil, nil
 	}

@@ -35,6 +35,9 @@ type Writer interface {
 	CreateService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error)
 	UpdateService(ctx context.Context, old, svc *corev1.Service) (*corev1.Service, error)
 	DeleteService(ctx context.Context, old *corev1.Service) error
+	// AdoptService makes an unmarked Service fleetsync's when adopt says
+	// so (see k8s/apply.Writer.AdoptService).
+	AdoptService(ctx context.Context, svc *corev1.Service, adopt func(old *corev1.Service) (*corev1.Service, error)) (*corev1.Service, error)
 }
 
 // Reporter turns user-fixable problems into Kubernetes Events.

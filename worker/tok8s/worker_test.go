@@ -77,6 +77,9 @@ func (f *fakeK8s) UpdateService(context.Context, *corev1.Service, *corev1.Servic
 func (f *fakeK8s) DeleteService(context.Context, *corev1.Service) error {
 	return errors.New("not in import mode")
 }
+func (f *fakeK8s) AdoptService(context.Context, *corev1.Service, func(*corev1.Service) (*corev1.Service, error)) (*corev1.Service, error) {
+	return nil, errors.New("not in import mode")
+}
 
 // fakeHealth answers the health query from a channel of answers: the first
 // query blocks until the test sends one.
