@@ -28,6 +28,7 @@ import (
 	"github.com/fleetsync/fleetsync/ownership"
 	"github.com/fleetsync/fleetsync/supervisor"
 	"github.com/fleetsync/fleetsync/supervisor/shard"
+	stok8s "github.com/fleetsync/fleetsync/supervisor/tok8s"
 )
 
 // daemon wires the components and runs them until ctx is done.
@@ -116,7 +117,8 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	}
 	ready.sup = sup
 	if cfg.Shard.Shards > 1 {
-		shards, err = shard.New(sc, shard.Deps{Client: kube, ClusterID: cfg.ClusterID, Fleet: sup, Log: log.Named("shards")})
+		cfg.ToK8s.shards = stok8s.NewShards(sc.Shards) // to-k8s units hash into the same shards
+		shards, err = shard.New(sc, shard.Deps{Client: kube, ClusterID: cfg.ClusterID, Fleet: shardFleet{sup, cfg.ToK8s.shards}, Log: log.Named("shards")})
 		if err != nil {
 			return err
 		}

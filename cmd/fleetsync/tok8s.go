@@ -52,6 +52,8 @@ type toK8sConfig struct {
 	PollEvery       time.Duration
 	Domain          string
 	AdoptConsulK8s  bool
+
+	shards *stok8s.Shards // with --shards > 1: the shards this replica holds (shardFleet)
 }
 
 func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
@@ -196,7 +198,7 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 			AdoptConsulK8s: c.AdoptConsulK8s},
 		Mirror: c.Enabled, Namespace: ns, Prefix: c.Prefix, Filter: stok8s.Filter{Allow: c.Allow.values, Deny: c.Deny.values, RequireTag: c.RequireTag},
 		Query: watch.Query{Tag: c.RequireTag, Filter: c.Filter}, Catalog: w.Services, Health: w.HealthQuery, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
-		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace, Metrics: fleet.metrics,
+		Reporter: reporter, Log: log, Imports: imports, DeletionGrace: c.DeletionGrace, Metrics: fleet.metrics, Shards: c.shards,
 	})
 	fleet.sup.Store(sup)
 	feed.set(sup.ServiceChanged)
@@ -225,4 +227,22 @@ func (s *serviceFeed) changed(k k8s.Key) {
 	if f != nil {
 		f(k)
 	}
+}
+
+// shardFleet is the shard Manager's fleet when both directions share the
+// shards: a gained or lost shard is the to-k8s units' as well as the
+// Services'.
+type shardFleet struct {
+	*supervisor.Supervisor
+	toK8s *stok8s.Shards
+}
+
+func (f shardFleet) GainShard(ctx context.Context, k int) {
+	f.toK8s.Gain(k)
+	f.Supervisor.GainShard(ctx, k)
+}
+
+func (f shardFleet) LoseShard(k int) {
+	f.toK8s.Lose(k)
+	f.Supervisor.LoseShard(k)
 }

@@ -46,7 +46,9 @@ type guarded struct {
 
 const testGrace = 30 * time.Second
 
-func newGuarded(t *testing.T) *guarded {
+func newGuarded(t *testing.T) *guarded { return newGuardedShards(t, nil) }
+
+func newGuardedShards(t *testing.T, shards *Shards) *guarded {
 	t.Helper()
 	mark, err := k8smark.New("c1")
 	if err != nil {
@@ -69,7 +71,7 @@ func newGuarded(t *testing.T) *guarded {
 		<-ctx.Done()
 		return nil, 0, ctx.Err()
 	}
-	g.s = New(Options{Mirror: true, Namespace: "m", Owned: cache, Health: health, Clock: g.clk, DeletionGrace: testGrace,
+	g.s = New(Options{Mirror: true, Namespace: "m", Owned: cache, Health: health, Clock: g.clk, DeletionGrace: testGrace, Shards: shards,
 		Config: wtok8s.Config{Mark: mark},
 		Catalog: func(context.Context, uint64) (watch.Catalog, uint64, error) {
 			g.mu.Lock()
@@ -77,6 +79,7 @@ func newGuarded(t *testing.T) *guarded {
 			return g.cur, 1, nil
 		}})
 	g.s.ctx = ctx
+	shards.attach(g.s)
 	done := make(chan struct{})
 	go func() { defer close(done); g.s.guardLoop(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; g.s.wg.Wait(); cache.Wait() })

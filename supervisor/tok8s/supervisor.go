@@ -52,11 +52,15 @@ type Options struct {
 	DeletionGrace time.Duration
 	// Metrics, when set, are this fleet's (NewMetrics).
 	Metrics *Metrics
+	// Shards, when set, limits the workers to the units of the shards
+	// this replica holds (shards.go).
+	Shards *Shards
 }
 
 type running struct {
 	w      *wtok8s.Worker
 	cancel context.CancelFunc
+	done   chan struct{} // closed when the worker's goroutine ended
 	src    source
 }
 
@@ -108,6 +112,7 @@ func (s *Supervisor) Bootstrapped() <-chan struct{} { return s.gate }
 // Run runs the fleet until ctx is done; it returns once every goroutine it
 // started has ended.
 func (s *Supervisor) Run(ctx context.Context) error {
+	s.opts.Shards.attach(s)
 	s.opts.Owned.SetHandler(s.changed)
 	s.opts.Owned.Start(ctx)
 	defer s.opts.Owned.Wait()
@@ -255,6 +260,9 @@ func (s *Supervisor) reconcile() {
 			}
 			continue
 		}
+		if !s.opts.Shards.Holds(k) {
+			continue // another replica's
+		}
 		s.start(ctx, k, src)
 	}
 }
@@ -272,7 +280,8 @@ func (s *Supervisor) start(ctx context.Context, k owned.Key, src source) {
 		Reporter: s.opts.Reporter, Log: s.log.Named("to-k8s"), Clock: s.opts.Clock, Gate: s.gate,
 		Observe: func(writes int, err error) { s.observe(w.Status(), writes, err) },
 	})
-	r := &running{w: w, cancel: cancel, src: src}
+	r := &running{w: w, cancel: cancel, src: src, done: make(chan struct{})}
+	s.log.Debug("To-k8s worker started", "service", k.String(), "consul_service", src.consul)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.started.Inc()
 	}
@@ -280,8 +289,10 @@ func (s *Supervisor) start(ctx context.Context, k owned.Key, src source) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(r.done)
 		err := w.Run(wctx)
 		cancel()
+		s.log.Debug("To-k8s worker ended", "service", k.String())
 		s.mu.Lock()
 		if s.workers[k] == r {
 			delete(s.workers, k)

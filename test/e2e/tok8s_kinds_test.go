@@ -47,8 +47,10 @@ func (e *env) waitService(name string, check func(*corev1.Service) error) *corev
 // TestToK8sMirrorKinds: --to-k8s-mode=headless makes a headless Service
 // with slices; switched to externalname, fleetsync's Service becomes
 // consul-k8s's object (type ExternalName, <name>.service.consul, no ports)
-// and its slices go; switched back to endpointslices, a ClusterIP Service
-// with slices again. Each switch is done once: quiet afterwards.
+// and its slices go; switched to endpointslices, a ClusterIP Service with
+// slices again; and to headless once more (a clusterIP that cannot change
+// in place: the Service is replaced). Each switch is done once: quiet
+// afterwards.
 func TestToK8sMirrorKinds(t *testing.T) {
 	e := newEnv(t)
 	p := e.cluster + "k"
@@ -86,4 +88,15 @@ func TestToK8sMirrorKinds(t *testing.T) {
 		return nil
 	})
 	e.quiet("endpointslices steady state", 3*time.Second)
+
+	// An allocated clusterIP cannot become None in place: replaced.
+	setMode(t, e, d, "headless")
+	e.waitService(web, func(s *corev1.Service) error {
+		if s.Spec.ClusterIP != corev1.ClusterIPNone {
+			return fmt.Errorf("want headless: %+v", s.Spec)
+		}
+		return nil
+	})
+	e.waitSlices(web, slices)
+	e.quiet("headless again", 3*time.Second)
 }
