@@ -16,12 +16,17 @@
 // without sending it: the stale write is never retried.
 //
 // A refused check whose key still names this replica at this generation
-// (the key rewritten, or restored with a new index) adopts the new index;
-// a key that is gone or holds an older generation (Consul lost its data or
-// was restored to an older snapshot) is written again at this token's
-// generation. A replica that froze and whose token Consul lost in the
-// meantime can therefore write once more: the fence guards against a pause,
-// not against a pause and a loss of Consul's data at once.
+// (the key rewritten, or restored with a new index) adopts the new index.
+// A key that is gone, or holds an older generation taken before this
+// token (Consul lost its data, or was restored to an older snapshot), is
+// written again at this token's generation. Another replica's value taken
+// after this token (TakenAt, by each replica's clock) fences it whatever
+// its generation: Consul lost the key and that replica took the shard from
+// generation 1 again. A replica that froze can still write once more when
+// Consul was restored meanwhile to a snapshot from before the newer
+// holder's take, or lost the key and no replica took the shard since: the
+// fence guards against a pause, not against a pause and a rollback of
+// Consul's data at once.
 //
 // Without shards (--shards 1) there is no token and no extra op.
 package fence

@@ -91,6 +91,7 @@ type Token struct {
 	shard int
 	key   string
 	gen   uint64
+	taken time.Time  // the value's TakenAt, by this replica's clock
 	mu    sync.Mutex // serialises Failed
 	state atomic.Pointer[tokenState]
 }
@@ -107,7 +108,7 @@ var _ consul.Guard = (*Token)(nil)
 // write came between). Call it once this replica holds the shard's Lease,
 // before the shard's workers start.
 func (f *Fences) Take(ctx context.Context, k int) (*Token, error) {
-	t := &Token{f: f, shard: k, key: Key(f.opts.Prefix, f.opts.ClusterID, k)}
+	t := &Token{f: f, shard: k, key: Key(f.opts.Prefix, f.opts.ClusterID, k), taken: f.opts.Now().UTC()}
 	for attempt := 0; attempt < 5; attempt++ {
 		have, index, err := t.read(ctx)
 		if err != nil {
@@ -167,7 +168,7 @@ func (t *Token) Failed(ctx context.Context) error {
 		return err
 	}
 	switch {
-	case have != nil && (have.Generation > t.gen || have.Generation == t.gen && have.Holder != t.f.opts.Holder):
+	case have != nil && t.newer(*have):
 		why := fmt.Sprintf("%s: shard %d taken by replica %q (fence %s at generation %d; this replica's is %d): its transaction refused, not retried",
 			consul.ErrFenced.Error(), t.shard, have.Holder, t.key, have.Generation, t.gen)
 		t.state.Store(&tokenState{fenced: why})
@@ -192,6 +193,19 @@ func (t *Token) Failed(ctx context.Context) error {
 	t.f.opts.Log.Warn("Wrote the shard's fence again: Consul lost or rolled it back", "shard", t.shard, "key", t.key, "generation", t.gen)
 	t.state.Store(&tokenState{index: written})
 	return nil
+}
+
+// newer reports whether have is a take of the shard after this token's:
+// a newer generation, the same one by another replica, or another
+// replica's taken later than this one (Consul lost the key and that
+// replica took the shard from generation 1 again). Another replica's
+// older value is the key rolled back: written again at this generation.
+func (t *Token) newer(have Value) bool {
+	if have.Generation > t.gen {
+		return true
+	}
+	other := have.Holder != t.f.opts.Holder
+	return other && (have.Generation == t.gen || have.TakenAt.After(t.taken))
 }
 
 // read returns the key's value (nil: none) and index (0: none).
@@ -220,7 +234,7 @@ func (t *Token) read(ctx context.Context) (*Value, uint64, error) {
 // It is a KV write, not a transaction: Consul counts transactions as
 // catalog writes, and gaining a shard writes nothing to the catalog.
 func (t *Token) write(ctx context.Context, gen, index uint64) (uint64, bool, error) {
-	b, err := json.Marshal(Value{Holder: t.f.opts.Holder, Generation: gen, TakenAt: t.f.opts.Now().UTC()})
+	b, err := json.Marshal(Value{Holder: t.f.opts.Holder, Generation: gen, TakenAt: t.taken})
 	if err != nil {
 		return 0, false, fmt.Errorf("fence of shard %d: encode: %w", t.shard, err)
 	}

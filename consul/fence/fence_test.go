@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -219,5 +220,118 @@ func TestTakeBumpsTheGeneration(t *testing.T) {
 	p, _, err := twin.Client().KV().Get("custom/c1/shards/5", nil)
 	if err != nil || p == nil {
 		t.Fatalf("fence key: %v %v", p, err)
+	}
+}
+
+// TestFenceLostThenTakenByAnotherRefusesTheOlder: replica A took shard 2
+// at generation 3; Consul loses the key (rebuilt empty) and replica B
+// takes the shard after A did, at generation 1. A's next transaction (a
+// stale delete) is refused and fenced: the key names another replica that
+// took it later, so A does not write its higher generation back over B's
+// (which would let A's delete through and fence B, the shard's holder).
+// B writes on.
+func TestFenceLostThenTakenByAnotherRefusesTheOlder(t *testing.T) {
+	twin := consultest.New(t)
+	ctx := t.Context()
+	owner, err := ownership.New("rebuilt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	a, b := newReplica(t, twin, owner, "a"), newReplica(t, twin, owner, "b")
+	a.fences.opts.Now, b.fences.opts.Now = clock, clock
+	var ta *Token
+	for range 3 {
+		if ta, err = a.fences.Take(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins := instances(owner, 0, 2)
+	if _, err := a.store.Apply(ctx, consul.Change{Register: ins, Fence: ta}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := a.store.ReadNode(ctx)
+	if err != nil || len(read) != 2 {
+		t.Fatalf("read %d entries (%v), want 2", len(read), err)
+	}
+	kv := twin.Client().KV()
+	key := Key("", owner.ID(), 2)
+	if _, err := kv.Delete(key, nil); err != nil { // Consul lost the key
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute) // A froze past its Lease; B took the shard
+	tb, err := b.fences.Take(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Generation() != 1 {
+		t.Fatalf("B took generation %d of a lost key, want 1", tb.Generation())
+	}
+
+	_, err = a.store.Apply(ctx, consul.Change{Deregister: read[:1], Fence: ta})
+	if !errors.Is(err, consul.ErrFenced) {
+		t.Fatalf("A's stale delete after B took the lost key: err = %v, want ErrFenced", err)
+	}
+	if n := a.fenced.Load(); n != 1 {
+		t.Fatalf("A's OnFenced called %d times, want 1", n)
+	}
+	p, _, err := kv.Get(key, nil)
+	if err != nil || p == nil {
+		t.Fatalf("fence key: %v %v", p, err)
+	}
+	var v Value
+	if err := json.Unmarshal(p.Value, &v); err != nil || v.Holder != "b" || v.Generation != 1 {
+		t.Fatalf("fence key holds %s (%v), want B's generation 1", p.Value, err)
+	}
+	if left, err := b.store.ReadNode(ctx); err != nil || len(left) != 2 {
+		t.Fatalf("catalog holds %d entries (%v), want 2: A's stale delete must not land", len(left), err)
+	}
+	if _, err := b.store.Apply(ctx, consul.Change{Deregister: read[:1], Fence: tb}); err != nil {
+		t.Fatalf("B's write under its fence: %v", err)
+	}
+	if n := b.fenced.Load(); n != 0 {
+		t.Fatalf("B's OnFenced called %d times, want 0", n)
+	}
+}
+
+// TestFenceRolledBackToAnotherOlderTake: Consul restored to a snapshot
+// whose fence key names replica B at an older generation, taken before A's
+// token: A, the holder, writes its own generation back and writes on,
+// not fenced.
+func TestFenceRolledBackToAnotherOlderTake(t *testing.T) {
+	twin := consultest.New(t)
+	ctx := t.Context()
+	owner, err := ownership.New("restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	then := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := newReplica(t, twin, owner, "a")
+	a.fences.opts.Now = func() time.Time { return then.Add(time.Minute) }
+	for range 2 {
+		if _, err := a.fences.Take(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ta, err := a.fences.Take(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := json.Marshal(Value{Holder: "b", Generation: ta.Generation() - 1, TakenAt: then})
+	key := Key("", owner.ID(), 4)
+	if _, err := twin.Client().KV().Put(&api.KVPair{Key: key, Value: old}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.store.Apply(ctx, consul.Change{Register: instances(owner, 0, 1), Fence: ta}); err != nil {
+		t.Fatalf("A's write after the key rolled back to B's older take: %v", err)
+	}
+	if n := a.fenced.Load(); n != 0 {
+		t.Fatalf("OnFenced called %d times, want 0", n)
+	}
+	p, _, err := twin.Client().KV().Get(key, nil)
+	var v Value
+	if err != nil || p == nil || json.Unmarshal(p.Value, &v) != nil || v.Holder != "a" || v.Generation != ta.Generation() {
+		t.Fatalf("fence key after the rollback: %v %v, want A's generation %d", p, err, ta.Generation())
 	}
 }
