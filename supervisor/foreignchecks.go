@@ -73,6 +73,16 @@ func (s *Supervisor) watchForeignChecks(ctx context.Context) {
 	}
 }
 
+// outOf says which of Consul's answers a check of that status keeps the
+// instances out of: a critical one every healthy answer and DNS, a
+// warning one those that ask for passing instances only.
+func outOf(status string) string {
+	if status == consul.StatusWarning {
+		return "Consul's passing-only answers (health queries with ?passing, DNS with only_passing)"
+	}
+	return "Consul's healthy answers and DNS"
+}
+
 // checkKey names one check in the catalog.
 func checkKey(f consul.ForeignCheck) string { return f.Node + "/" + f.ServiceID + "/" + f.CheckID }
 
@@ -144,7 +154,7 @@ func (s *Supervisor) reportForeignChecks(checks []consul.ForeignCheck) {
 		}
 		ck := checkKey(f)
 		now[ck] = true
-		problems["check/"+ck] = fmt.Sprintf("%s, registered by someone else: instances of %d Service(s) are out of Consul's healthy answers and DNS (fleetsync leaves it alone)", describe(f), len(keys))
+		problems["check/"+ck] = fmt.Sprintf("%s, registered by someone else: instances of %d Service(s) are out of %s (fleetsync leaves it alone)", describe(f), len(keys), outOf(f.Status))
 		if st.told[ck] == nil {
 			st.told[ck] = map[k8s.Key]bool{}
 			s.log.Warn("Someone else's check takes our instances out of Consul's healthy answers; it is left alone",
@@ -192,8 +202,8 @@ func (s *Supervisor) tellForeignCheck(key k8s.Key, f consul.ForeignCheck) {
 		out = " (output: " + f.Output + ")"
 	}
 	s.opts.Reporter.Warning(svc.Object, ReasonForeignCheck, fmt.Sprintf(
-		"Consul %s%s, registered by someone else, not by fleetsync: %s out of Consul's healthy answers and DNS; fleetsync never writes or deletes it: whoever registered it must remove it (a catalog deregister of the check)",
-		describe(f), out, what))
+		"Consul %s%s, registered by someone else, not by fleetsync: %s out of %s; fleetsync never writes or deletes it: whoever registered it must remove it (a catalog deregister of the check)",
+		describe(f), out, what, outOf(f.Status)))
 }
 
 // ForeignChecks returns, for every Service with a worker that a foreign
