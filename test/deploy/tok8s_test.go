@@ -45,6 +45,9 @@ toK8s:
   window: 250ms
   qps: 50
   burst: 100
+  maxWatches: 64
+  pollInterval: 2s
+  deletionGrace: 1m
 `, mirror, imp, writeNS)}
 }
 
@@ -123,7 +126,8 @@ func TestHelmTemplateToK8s(t *testing.T) {
 			if hasToK8s != (tc.mirror || tc.imp) {
 				t.Errorf("to-k8s flags present %t: %q", hasToK8s, args)
 			}
-			if tc.mirror && !slices.Contains(args, "--k8s-write-namespace="+writeNS) || tc.imp && !slices.Contains(args, `--to-k8s-filter=Service.Meta.env == "prod"`) {
+			if tc.mirror && !slices.Contains(args, "--k8s-write-namespace="+writeNS) || tc.imp && !slices.Contains(args, `--to-k8s-filter=Service.Meta.env == "prod"`) ||
+				hasToK8s && !slices.Contains(args, "--to-k8s-max-watches=64") {
 				t.Errorf("args %q", args)
 			}
 			if r := runCmd(t, bin, append(slices.Clone(args), "--version")...); r.code != 0 {

@@ -52,6 +52,7 @@
 {{- if or .enabled .import }}
 - {{ print "--to-k8s=" .enabled | toJson }}
 - {{ print "--to-k8s-import=" .import | toJson }}
+- {{ print "--to-k8s-mode=" .mode | toJson }}
 - {{ print "--k8s-write-namespace=" (include "fleetsync.toK8sNamespace" $) | toJson }}
 - {{ print "--k8s-service-prefix=" .servicePrefix | toJson }}
 {{- with .allow }}
@@ -72,6 +73,9 @@
 - {{ print "--to-k8s-window=" .window | toJson }}
 - {{ print "--to-k8s-qps=" .qps | toJson }}
 - {{ print "--to-k8s-burst=" (int .burst) | toJson }}
+- {{ print "--to-k8s-max-watches=" (int .maxWatches) | toJson }}
+- {{ print "--to-k8s-poll-interval=" .pollInterval | toJson }}
+- {{ print "--to-k8s-deletion-grace=" .deletionGrace | toJson }}
 {{- end }}
 {{- end }}
 {{- end -}}
