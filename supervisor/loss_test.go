@@ -176,7 +176,7 @@ func TestLossMakesEveryWorkerRepair(t *testing.T) {
 	}
 
 	f.store.loseOne()
-	f.sup.lossSeen("service ns/s0: 1 of 1 entries gone")
+	f.sup.lossSeen(k8s.Key{Namespace: "ns", Name: "s0"}, "service ns/s0: 1 of 1 entries gone")
 	f.waitFor(t, "every worker re-read after a worker's evidence", func() bool { return f.store.count("") == 3 })
 	f.waitFor(t, "the evidence counted", func() bool { sig, _ := hooks.got(); return slices.Contains(sig, loss.SignalWorker) })
 
@@ -538,7 +538,7 @@ func TestLossRepairsFromOneReadOfEveryNode(t *testing.T) {
 	for _, in := range []consul.Instance{old, gone1, gone2} {
 		f.store.put(in, "k8s-test")
 	}
-	f.sup.lossSeen("service ns/web: 1 of 2 entries gone")
+	f.sup.lossSeen(k8s.Key{Namespace: "ns", Name: "web"}, "service ns/web: 1 of 2 entries gone")
 	f.waitFor(t, "web's two instances, nothing else", func() bool {
 		return f.store.count("") == 2 && f.store.count(f.cluster.IDPrefix("ns", "web")) == 2 && f.store.count(old.ID) == 0
 	})

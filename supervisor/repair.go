@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/fleetsync/fleetsync/consul"
+	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/supervisor/loss"
 	"github.com/fleetsync/fleetsync/worker"
 )
@@ -16,6 +17,10 @@ import (
 // unready; Consul answering again ends the workers' backoffs.
 func (s *Supervisor) newLossWatch() *loss.Watch {
 	reported := map[string]bool{} // foreign nodes logged; the watch's goroutine only
+	var confirm func(context.Context) error
+	if s.opts.Shards > 1 && s.opts.ConfirmShards != nil {
+		confirm = s.confirmShards
+	}
 	return loss.New(loss.Config{
 		Store:    s.opts.Store,
 		Clock:    s.opts.Clock,
@@ -25,6 +30,7 @@ func (s *Supervisor) newLossWatch() *loss.Watch {
 		Guard:    func(check func() error) error { return s.recoverRead(readNodeCheck, check) },
 		Lost:     s.dataLost,
 		Foreign:  func(nodes []consul.NodeEntry) { s.foreignNodes(nodes, reported) },
+		Confirm:  confirm,
 		Answering: func() {
 			// A worker whose flush failed while Consul was away retries
 			// now, not at the end of its backoff.
@@ -34,10 +40,31 @@ func (s *Supervisor) newLossWatch() *loss.Watch {
 	})
 }
 
-// lossSeen is a worker's report that Consul lost entries it wrote.
-func (s *Supervisor) lossSeen(reason string) {
+// confirmShards is the loss check's Confirm: a replica stopped past its
+// shard Leases (SIGSTOP, a long pause) may find entries it witnessed
+// rewritten by the replica that took a shard meanwhile, before its
+// elections notice the shard is gone. The Leases say which shards are
+// another replica's now: their workers stop here (LoseShard, which forgets
+// their witnesses) before any entry is judged lost, and the shard manager
+// hands them over (ConfirmShards).
+func (s *Supervisor) confirmShards(ctx context.Context) error {
+	lost, err := s.opts.ConfirmShards(ctx, s.HeldShards())
+	if err != nil {
+		return err
+	}
+	for _, k := range lost {
+		s.log.Warn("Shard held by another replica now (this one was stopped past its lease); its workers stop", "shard", k)
+		s.LoseShard(k)
+	}
+	return nil
+}
+
+// lossSeen is the report of key's worker that Consul lost entries it
+// wrote; it stands while this replica holds key's shard (see
+// confirmShards).
+func (s *Supervisor) lossSeen(key k8s.Key, reason string) {
 	if w := s.loss.Load(); w != nil {
-		w.Report(reason)
+		w.Report(reason, func() bool { return s.holds(key) })
 	}
 }
 

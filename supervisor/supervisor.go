@@ -53,8 +53,7 @@ type Options struct {
 	Clock        clock.Clock
 	Log          hclog.Logger
 	DrainTimeout time.Duration // last flush per worker on stop
-	// ResyncPeriod is each worker's anti-entropy period (0: none).
-	ResyncPeriod time.Duration
+	ResyncPeriod time.Duration // each worker's anti-entropy period (0: none)
 	// NodeCheckInterval is how often the supervisor checks that our node is
 	// still in Consul (0: never); when it vanished while we have instances,
 	// Consul lost its data and every worker resyncs at once.
@@ -78,7 +77,8 @@ type Options struct {
 	Hooks Hooks
 	// Shards splits Services between replicas (see GainShard); 1 (the
 	// default) means this process syncs every Service.
-	Shards int
+	Shards        int
+	ConfirmShards func(ctx context.Context, held []int) (lost []int, err error) // the held shards the Leases give others (confirmShards)
 	// AutoNodes makes the supervisor choose, at bootstrap, how many Consul
 	// nodes the cluster's Services are spread over (see ChooseNodes);
 	// false keeps Worker.Cluster's.

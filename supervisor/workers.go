@@ -98,7 +98,7 @@ func (s *Supervisor) newWorker(key k8s.Key, owned map[string]worker.Held, ownedK
 		OwnedKnown:   ownedKnown,
 		DrainTimeout: s.opts.DrainTimeout,
 		ResyncPeriod: s.opts.ResyncPeriod,
-		OnLoss:       s.lossSeen,
+		OnLoss:       func(reason string) { s.lossSeen(key, reason) },
 		Fence:        s.fenceOf(key),
 		OnName:       func(name string, derived bool) { s.nameSeen(key, name, derived) },
 	})

@@ -92,8 +92,15 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 	watcher := k8s.NewWatcherWith(kube, k8s.WatcherOptions{
 		Resync: cfg.Resync, Nodes: true, Ingresses: cfg.EnableIngress, Log: log.Named("k8s"), OnService: imports.changed,
 	})
+	// The shard manager is built with the supervisor as its fleet: the
+	// fences and the loss check reach it through closures (it is set
+	// below, before anything runs).
 	var shards *shard.Manager
 	sc := shardConfig(cfg.Shard, os.Getenv, os.Hostname)
+	var confirmShards func(context.Context, []int) ([]int, error)
+	if cfg.Shard.Shards > 1 {
+		confirmShards = func(ctx context.Context, held []int) ([]int, error) { return shards.Confirm(ctx, held) }
+	}
 	sup = supervisor.New(supervisor.Options{
 		Selector:          selector(cfg),
 		Worker:            workerConfig(cfg, cluster, reserved.Lookup),
@@ -103,6 +110,7 @@ func daemon(ctx context.Context, cfg config, logOut io.Writer) error {
 		Reporter:          recorder,
 		Log:               log,
 		Shards:            cfg.Shard.Shards,
+		ConfirmShards:     confirmShards,
 		AutoNodes:         cfg.ConsulNodes == 0,
 		DrainTimeout:      cfg.ShutdownTimeout,
 		ResyncPeriod:      cfg.ResyncPeriod,

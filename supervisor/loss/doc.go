@@ -17,6 +17,9 @@
 // The detector (detector.go, witness.go) decides from reads passed in,
 // table-tested; Watch is the loop that reads Consul every interval of the
 // injected clock, one Step at a time, and tells its owner of a loss
-// through one callback (Config.Lost). What to do about a loss (repair the
+// through one callback (Config.Lost). Before a witness not as left, or a
+// worker's evidence, counts, the owner first forgets the Services it no
+// longer syncs though it was not yet told (Config.Confirm: a replica
+// stopped past its shard Lease). What to do about a loss (repair the
 // fleet) is the owner's.
 package loss

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,7 +120,11 @@ func (s *fakeStore) IsWitness(w consul.Witness) bool {
 	return slices.Contains(s.ws, w) && !s.retired[w.ID]
 }
 
-func (s *fakeStore) ForgetWitnesses(string) {}
+func (s *fakeStore) ForgetWitnesses(prefix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ws = slices.DeleteFunc(s.ws, func(w consul.Witness) bool { return strings.HasPrefix(w.ID, prefix) })
+}
 
 func (s *fakeStore) ReadWitness(_ context.Context, w consul.Witness) (consul.WitnessRead, error) {
 	s.mu.Lock()

@@ -68,13 +68,22 @@ type Config struct {
 	// after a check got no answer, once the check found no loss or
 	// reported it.
 	Answering func()
+	// Confirm, when set, runs when a check finds a witness not as we left
+	// it, before that is judged a loss: it makes the Store forget the
+	// witnesses of every Service this process no longer syncs but was not
+	// yet told so (a replica stopped past its shard Lease, whose shards
+	// another replica took and rewrote meanwhile) and returns once they
+	// are forgotten; the check then reads the witnesses again. An error:
+	// not known, the check ends without a judgement (the next one reads
+	// the same witnesses).
+	Confirm func(ctx context.Context) error
 }
 
 // Watch is the loop of checks. Report may be called from any goroutine;
 // Run and Step from one.
 type Watch struct {
 	cfg      Config
-	evidence chan string // a worker's evidence (1-buffered)
+	evidence pending // the workers' evidence, not yet judged
 	d        detector
 	failed   bool             // the last node read got no answer
 	frozen   []consul.Witness // the witnesses when reads started failing
@@ -88,17 +97,7 @@ func New(cfg Config) *Watch {
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
-	return &Watch{cfg: cfg, evidence: make(chan string, 1)}
-}
-
-// Report is a worker's evidence that Consul lost entries it wrote: the
-// next check, begun at once, reports it as a loss (SignalWorker). It never
-// blocks: evidence pending covers this one.
-func (w *Watch) Report(reason string) {
-	select {
-	case w.evidence <- reason:
-	default:
-	}
+	return &Watch{cfg: cfg, evidence: pending{wake: make(chan struct{}, 1)}}
 }
 
 // Run checks at once, then every Interval and at each Report, until ctx
@@ -108,29 +107,31 @@ func (w *Watch) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	w.check(ctx, "")
+	w.check(ctx)
 	for {
 		t := w.cfg.Clock.NewTimer(w.cfg.Interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case ev := <-w.evidence:
+		case <-w.evidence.wake:
 			t.Stop()
-			w.check(ctx, ev)
+			w.check(ctx)
 		case <-t.C():
-			w.check(ctx, "")
+			w.check(ctx)
 		}
 	}
 }
 
-// check is one Step under Config.Guard.
-func (w *Watch) check(ctx context.Context, evidence string) {
+// check is one Step, with the workers' evidence that still stands
+// (judgeEvidence), under Config.Guard.
+func (w *Watch) check(ctx context.Context) {
+	step := func() error { w.Step(ctx, w.judgeEvidence(ctx)); return nil }
 	if w.cfg.Guard == nil {
-		w.Step(ctx, evidence)
+		_ = step()
 		return
 	}
-	if err := w.cfg.Guard(func() error { w.Step(ctx, evidence); return nil }); err != nil {
+	if err := w.cfg.Guard(step); err != nil {
 		w.cfg.Log.Debug("The check of the cluster's Consul nodes failed", "error", err)
 		w.unanswered(ctx)
 	}
@@ -224,14 +225,21 @@ func (w *Watch) Step(ctx context.Context, evidence string) {
 
 // checkWitnesses reads the witnesses due, and those standing when reads
 // started failing; it reports whether every read answered, and moves the
-// detector's since on.
+// detector's since on. A witness not as we left it is judged only once
+// Config.Confirm made sure the Store witnesses only the Services this
+// process still syncs.
 func (w *Watch) checkWitnesses(ctx context.Context, ws []consul.Witness, began time.Time) ([]Finding, bool) {
 	now := w.cfg.Clock.Now()
-	found, ok, next := checkWitnesses(ctx, w.cfg.Store, ws, now, w.d.since, w.d.reused)
-	if len(found) == 0 && w.frozen != nil {
-		var frozenOK bool
-		found, frozenOK, _ = checkWitnesses(ctx, w.cfg.Store, w.frozen, now, w.d.since, w.d.reused)
-		ok = ok && frozenOK
+	found, ok, next := w.readWitnesses(ctx, ws, now)
+	if len(found) > 0 && w.cfg.Confirm != nil {
+		if err := w.cfg.Confirm(ctx); err != nil {
+			if ctx.Err() == nil {
+				w.cfg.Log.Warn("Cannot confirm which Services this replica still syncs; the witnesses are judged at the next check", "error", err, "evidence", found[0].Detail)
+			}
+			return nil, false
+		}
+		// Those of Services handed over meanwhile are forgotten now.
+		found, ok, next = w.readWitnesses(ctx, w.cfg.Store.Witnesses(), now)
 	}
 	switch {
 	case !ok:
@@ -241,6 +249,18 @@ func (w *Watch) checkWitnesses(ctx context.Context, ws []consul.Witness, began t
 		w.d.since = next // more than one check reads: it goes on there
 	}
 	return found, ok
+}
+
+// readWitnesses is one reading of the witnesses picked from ws, and of
+// those standing when reads started failing (see checkWitnesses).
+func (w *Watch) readWitnesses(ctx context.Context, ws []consul.Witness, now time.Time) ([]Finding, bool, time.Time) {
+	found, ok, next := checkWitnesses(ctx, w.cfg.Store, ws, now, w.d.since, w.d.reused)
+	if len(found) == 0 && w.frozen != nil {
+		var frozenOK bool
+		found, frozenOK, _ = checkWitnesses(ctx, w.cfg.Store, w.frozen, now, w.d.since, w.d.reused)
+		ok = ok && frozenOK
+	}
+	return found, ok, next
 }
 
 // lost starts a new history and tells the owner.

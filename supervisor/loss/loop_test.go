@@ -234,7 +234,7 @@ func TestRunChecksOnTheClockAndAtAReport(t *testing.T) {
 	}
 	clk.Step(time.Second)
 	waitFor("the second check", func() bool { return reads() == 2 })
-	w.Report("service ns/web: 1 of 2 entries gone")
+	w.Report("service ns/web: 1 of 2 entries gone", nil)
 	waitFor("the report told", func() bool { sig, _ := o.get(); return len(sig) == 1 })
 	if sig, _ := o.get(); sig[0] != SignalWorker {
 		t.Fatalf("signals %v, want [%s]", sig, SignalWorker)
