@@ -19,6 +19,10 @@ import (
 // mends that.
 var ErrNotOneCluster = errors.New("the Consul addresses are not one datacenter of one Consul cluster")
 
+// ErrUnknownDatacenter is matched by Start's error when the configured
+// datacenter is none the addresses know: no retry mends that.
+var ErrUnknownDatacenter = errors.New("the Consul addresses know no such datacenter")
+
 // Identity is what a Consul agent (server or client) says of where it
 // belongs, read without a token from endpoints every ACL policy allows:
 //
@@ -38,6 +42,9 @@ type Identity struct {
 	Datacenter  string
 	Servers     []string
 	TrustDomain string
+	// Datacenters are all those the agent knows (its own, and a WAN
+	// federation's others), as /v1/catalog/datacenters lists them.
+	Datacenters []string
 }
 
 func (id Identity) String() string {
@@ -92,6 +99,7 @@ func (p prober) identity(ctx context.Context, addr string) (Identity, error) {
 	if err := p.get(ctx, addr, "/v1/catalog/datacenters", nil, &dcs); err != nil {
 		return id, err
 	}
+	id.Datacenters = dcs
 	switch len(dcs) {
 	case 0:
 		return id, fmt.Errorf("consul %s: /v1/catalog/datacenters: no datacenter", addr)

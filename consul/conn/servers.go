@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,7 +24,8 @@ const (
 // reference: every other address that answered must be of its
 // datacenter and cluster, else the error (ErrNotOneCluster) names each
 // address with what it said. dc, when not empty, is the datacenter
-// requests are sent to; else the reference's. Addresses that did not
+// requests are sent to (one the reference knows, else the error matches
+// ErrUnknownDatacenter); else the reference's. Addresses that did not
 // answer are not used until Run has checked them. An error without
 // ErrNotOneCluster means no address answered: try again.
 func (s *Servers) Identify(ctx context.Context, dc string) (Identity, error) {
@@ -57,6 +59,10 @@ func (s *Servers) Identify(ctx context.Context, dc string) (Identity, error) {
 			ErrNotOneCluster, strings.Join(says, "; "))
 	}
 	want := ids[ref]
+	if dc != "" && !slices.Contains(want.Datacenters, dc) {
+		return want, fmt.Errorf("--consul-datacenter (or CONSUL_DATACENTER) %q: %w: %s knows %s; every request would fail with \"No path to datacenter\"",
+			dc, ErrUnknownDatacenter, addrs[ref], strings.Join(want.Datacenters, ","))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.want = &want

@@ -243,3 +243,27 @@ func TestPendingAddress(t *testing.T) {
 		t.Fatalf("the checked address got %d requests, the alien one %d; want 3 and 0", len(late.asked()), len(alien.asked()))
 	}
 }
+
+// TestIdentifyRefusesAnUnknownDatacenter: a --consul-datacenter the
+// addresses do not know (a typo) is refused at start, naming it and the
+// datacenters they know, instead of every request failing with "No path
+// to datacenter" and Start retrying for ever; one they know (a WAN
+// federation's other datacenter) is accepted.
+func TestIdentifyRefusesAnUnknownDatacenter(t *testing.T) {
+	a := newFakeAgent(t, "east", "10.0.0.1:8300")
+	a.dcs = []string{"west", "east"}
+	a.leaders["west"] = "10.5.0.1:8300"
+	s, _ := newTestServers(t, nil, a.addr())
+	_, err := s.Identify(t.Context(), "wset")
+	if !errors.Is(err, ErrUnknownDatacenter) {
+		t.Fatalf("err %v, want ErrUnknownDatacenter", err)
+	}
+	for _, w := range []string{`"wset"`, "west,east", a.addr()} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %s", err, w)
+		}
+	}
+	if _, err := s.Identify(t.Context(), "west"); err != nil {
+		t.Fatalf("a datacenter of the federation refused: %v", err)
+	}
+}

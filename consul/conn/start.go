@@ -25,7 +25,8 @@ var ErrEnterpriseOnly = errors.New("consul: namespaces and admin partitions need
 // partition, consul.Client.CheckScope) and checks the token's permissions
 // on perms in partition, retrying while Consul cannot be reached. It returns an error only
 // for what no retry mends: addresses of several datacenters or clusters
-// (ErrNotOneCluster), the login refused (ErrLogin), a namespace or
+// (ErrNotOneCluster), a datacenter they do not know (ErrUnknownDatacenter),
+// the login refused (ErrLogin), a namespace or
 // partition Consul does not have (ErrEnterpriseOnly), a permission the
 // policy lacks (ErrNotPermitted, from the permission check or from
 // checkScope); and nil when ctx ends first.
@@ -40,7 +41,7 @@ func (cn *Conn) Start(ctx context.Context, checkScope func(context.Context) erro
 			if id, err = cn.servers.Identify(ctx, cn.dc); err == nil {
 				identified = true
 				log.Info("Consul datacenter", "datacenter", cn.servers.Datacenter(), "addresses_are", id.String())
-			} else if errors.Is(err, ErrNotOneCluster) {
+			} else if errors.Is(err, ErrNotOneCluster) || errors.Is(err, ErrUnknownDatacenter) {
 				return err
 			}
 		}

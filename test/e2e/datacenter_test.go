@@ -133,3 +133,27 @@ func checkDC(t *testing.T, log, dc string) int {
 	}
 	return n
 }
+
+// TestUnknownDatacenterRefused: --consul-datacenter names a datacenter the
+// Consul at --consul-address does not know (a typo): fleetsync stops at
+// start naming it and the datacenter it knows, instead of retrying for
+// ever on "No path to datacenter"; nothing is written.
+func TestUnknownDatacenterRefused(t *testing.T) {
+	e := newEnv(t)
+	svcSet(t, e, "nodc", 1, 1, 197)
+	d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: consul.Addr, Namespaces: []string{e.ns}, Args: []string{"--consul-datacenter=dc9"}})
+	must(t, err)
+	err = waitExit(t, d, 30*time.Second)
+	log := d.LogTail(40)
+	d.CloseT(t)
+	line := lastLineWith(log, "no such datacenter")
+	for _, w := range []string{`"dc9"`, "knows dc1"} {
+		if err == nil || !strings.Contains(line, w) {
+			t.Fatalf("exit %v; want an error naming %q; log:\n%s", err, w, log)
+		}
+	}
+	if n, _ := fixture.NodeServiceCount(consul.Client, e.node()); n != 0 {
+		t.Fatalf("%d instances written", n)
+	}
+}
