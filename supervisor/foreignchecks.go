@@ -96,28 +96,42 @@ func describe(f consul.ForeignCheck) string {
 
 // affected returns the Services with a worker here that f concerns: the
 // one whose instance it is under, or, for a node check, every one whose
-// instances go on its node.
-func (s *Supervisor) affected(f consul.ForeignCheck) []k8s.Key {
+// instances go on its node (byNode, built once per report: onNodes).
+func (s *Supervisor) affected(f consul.ForeignCheck, byNode func() map[string][]k8s.Key) []k8s.Key {
+	if f.NodeLevel() {
+		return byNode()[f.Node]
+	}
+	key := k8s.Key{Namespace: f.Meta[worker.MetaNamespace], Name: f.Meta[worker.MetaService]}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !f.NodeLevel() {
-		key := k8s.Key{Namespace: f.Meta[worker.MetaNamespace], Name: f.Meta[worker.MetaService]}
-		if _, ok := s.workers[key]; ok {
-			return []k8s.Key{key}
-		}
+	_, ok := s.workers[key]
+	s.mu.Unlock()
+	if !ok {
 		return nil
 	}
+	return []k8s.Key{key}
+}
+
+// onNodes returns the Services with a worker here by the node their
+// instances go on, each list sorted.
+func (s *Supervisor) onNodes() map[string][]k8s.Key {
 	layout := s.opts.Worker.Cluster
 	if l := s.layout.Load(); l != nil {
 		layout = *l
 	}
-	var out []k8s.Key
+	out := map[string][]k8s.Key{}
+	first, spread := layout.NodeName(), layout.Nodes() > 1
+	s.mu.Lock()
 	for key := range s.workers {
-		if layout.NodeNameFor(layout.IDPrefix(key.Namespace, key.Name)) == f.Node {
-			out = append(out, key)
+		node := first
+		if spread {
+			node = layout.NodeNameFor(layout.IDPrefix(key.Namespace, key.Name))
 		}
+		out[node] = append(out[node], key)
 	}
-	slices.SortFunc(out, func(a, b k8s.Key) int { return strings.Compare(a.String(), b.String()) })
+	s.mu.Unlock()
+	for _, keys := range out {
+		slices.SortFunc(keys, func(a, b k8s.Key) int { return strings.Compare(a.String(), b.String()) })
+	}
 	return out
 }
 
@@ -140,8 +154,15 @@ func (s *Supervisor) reportForeignChecks(checks []consul.ForeignCheck) {
 	rows := map[k8s.Key][]string{}
 	problems := map[string]string{}
 	now := map[string]bool{}
+	var byNode map[string][]k8s.Key
+	onNodes := func() map[string][]k8s.Key {
+		if byNode == nil {
+			byNode = s.onNodes()
+		}
+		return byNode
+	}
 	for _, f := range checks {
-		keys := s.affected(f)
+		keys := s.affected(f, onNodes)
 		if len(keys) == 0 {
 			continue
 		}
