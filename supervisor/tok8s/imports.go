@@ -201,6 +201,7 @@ func (s *Supervisor) feed(src source) (wtok8s.Health, wtok8s.Config) {
 		cfg.Window = src.window
 	}
 	q := src.query
+	cfg.EmptyIsAnswer = q.Filter != "" // filtered out, or gone: only an unfiltered read tells
 	return func(ctx context.Context, name string, index uint64) ([]watch.Entry, uint64, error) {
 		return s.opts.Health(ctx, name, q, index)
 	}, cfg

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fleetsync/fleetsync/consul/watch"
 	"github.com/fleetsync/fleetsync/k8s"
 	"github.com/fleetsync/fleetsync/k8s/owned"
 	"github.com/fleetsync/fleetsync/supervisor/shard"
@@ -65,5 +66,19 @@ func TestShardsLimitWorkers(t *testing.T) {
 	var none *Shards
 	if !none.Holds(owned.Key{Namespace: "m", Name: "a"}) {
 		t.Fatal("a nil Shards holds nothing")
+	}
+}
+
+// TestFeedEmptyIsAnswerWithAFilter: a mirror unit read with a filter
+// expression takes an empty health answer (its instances may all be
+// filtered out while the name stays in the catalog); without one, an
+// empty answer is held for the catalog (the deletion guard) to decide.
+func TestFeedEmptyIsAnswerWithAFilter(t *testing.T) {
+	g := newGuarded(t)
+	if _, cfg := g.s.feed(source{consul: "a", window: -1}); cfg.EmptyIsAnswer {
+		t.Error("unfiltered read: EmptyIsAnswer set")
+	}
+	if _, cfg := g.s.feed(source{consul: "a", window: -1, query: watch.Query{Filter: `Service.Meta.env == "prod"`}}); !cfg.EmptyIsAnswer {
+		t.Error("filtered read: EmptyIsAnswer not set")
 	}
 }

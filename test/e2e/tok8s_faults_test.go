@@ -215,3 +215,26 @@ func TestToK8sAPIServerRestart(t *testing.T) {
 	vmInstance(t, p+"-vm0", "10.83.0.1", names[0], names[0]+"-1", "", 7070, "critical")
 	e.waitSlices(names[0], names[0]+"-4-7070-0[IPv4:7070]: 10.83.0.1=false/false/false")
 }
+
+// TestToK8sFilteredOut: with --to-k8s-filter, an instance that stops
+// matching leaves an empty health answer while its name stays in the
+// catalog: the mirrored Service goes (no deletion guard holds it: Consul
+// cannot tell "filtered out" from "gone" in a filtered read).
+func TestToK8sFilteredOut(t *testing.T) {
+	e := newEnv(t)
+	p := e.cluster + "f"
+	web := p + "-web"
+	taggedInstance(t, p+"-vm1", "10.87.0.1", web, "f1", 80, nil, map[string]string{"env": "prod"})
+	e.daemon("--to-k8s", "--k8s-write-namespace="+e.ns, "--to-k8s-allow="+p+"-*", `--to-k8s-filter=Service.Meta.env == "prod"`)
+	e.waitSlices(web, web+"-4-80-0[IPv4:80]: 10.87.0.1=true/true/false")
+	taggedInstance(t, p+"-vm1", "10.87.0.1", web, "f1", 80, nil, map[string]string{"env": "dev"})
+	eventually(t, 20*time.Second, "mirrored Service deleted", func() error {
+		if _, err := kube.Client.CoreV1().Services(e.ns).Get(e.ctx, web, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("service %s still there", web)
+		}
+		if s, _ := sliceView(e.ctx, t, e.ns, web); s != "" {
+			return fmt.Errorf("slices left: %s", s)
+		}
+		return nil
+	})
+}

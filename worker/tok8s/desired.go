@@ -54,6 +54,11 @@ type Config struct {
 	Kind            string // mirror kind: KindEndpointSlices (default), KindHeadless, KindExternalName
 	Domain          string // Consul's DNS domain of KindExternalName (default DefaultDomain)
 	AdoptConsulK8s  bool   // consul-k8s's ExternalName Service of a mirrored name becomes fleetsync's
+	// EmptyIsAnswer: an empty health answer of a mirror unit is taken (its
+	// Service deleted) rather than held for the catalog to decide; set for
+	// reads with a filter expression, whose empty answer may be the
+	// instances filtered out while the name stays in the catalog.
+	EmptyIsAnswer bool
 }
 
 // Unit is one Kubernetes Service fed by one Consul service.
