@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,4 +53,34 @@ func lostShards(identity string, held []int, leases map[int]*coordinationv1.Leas
 		}
 	}
 	return lost
+}
+
+// confirmAfterPause runs when the retry tick comes late by more than a
+// retry period: the process was stopped (SIGSTOP, a VM or GC pause) or
+// starved. Its elections may still say they lead shards another replica
+// took meanwhile, and would only notice after RenewDeadline; the Leases
+// as the API server has them now say at once, and the shards they give
+// others are handed over at the next reconcile (Confirm, Fenced), which
+// stops their workers first. A read that fails leaves it to the
+// elections.
+func (m *Manager) confirmAfterPause(ctx context.Context, gap time.Duration) {
+	var held []int
+	m.electorsMu.Lock()
+	for k, e := range m.electors {
+		if e.isLeading() {
+			held = append(held, k)
+		}
+	}
+	m.electorsMu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	lost, err := m.Confirm(ctx, held)
+	if err != nil {
+		m.log.Warn("Cannot confirm the shards held after a pause; the elections decide", "gap", gap, "error", err)
+		return
+	}
+	if len(lost) > 0 {
+		m.log.Warn("Shards taken by another replica while this one was stopped; handing them over", "gap", gap, "shards", lost)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,5 +65,36 @@ func TestConfirmReadsTheAPIServer(t *testing.T) {
 	})
 	if _, err := m.Confirm(t.Context(), []int{0}); err == nil || !strings.Contains(err.Error(), "leases/fleetsync-c-shard-0") {
 		t.Fatalf("Confirm with the API server away: %v, want an error naming the lease", err)
+	}
+}
+
+// TestPauseHandsOverTakenShardsAtOnce: a retry tick late by more than a
+// retry period (the process was stopped) reads the held shards' Leases; a
+// shard another replica took meanwhile is handed over at once (its
+// workers stop), long before its election would notice after
+// RenewDeadline (10 s).
+func TestPauseHandsOverTakenShardsAtOnce(t *testing.T) {
+	clk := newClock()
+	client := fake.NewClientset()
+	conditionalUpdates(client)
+	m, f := newTestManager(t, client, clk)
+	runManager(t, m)
+	f.waitFor(t, "both shards led", func() bool { return len(f.HeldShards()) == 2 })
+	waitFor(t, "Run's timers set", func() bool { return clk.Waiters() >= 1 })
+
+	// Another replica took shard 0 while this one was stopped.
+	l, err := client.CoordinationV1().Leases("leases").Get(t.Context(), "fleetsync-c-shard-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("r2")
+	if _, err := client.CoordinationV1().Leases("leases").Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	clk.Step(30 * time.Second) // the pause, as the retry timer sees it
+	f.waitFor(t, "shard 0 handed over", func() bool { h := f.HeldShards(); return len(h) == 1 && h[0] == 1 })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shard 0 handed over %s after the pause: the election's own deadline, not the Lease read", took)
 	}
 }

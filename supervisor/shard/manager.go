@@ -189,6 +189,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	expiry := m.clock.NewTimer(time.Hour)
 	defer expiry.Stop()
 	renew := true
+	lastTick := m.clock.Now()
 	for {
 		next, err := m.reconcile(ctx, renew)
 		if err != nil {
@@ -209,6 +210,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-retry.C():
 			retry.Reset(m.cfg.RetryPeriod)
 			renew = true
+			now := m.clock.Now()
+			if now.Sub(lastTick) > 2*m.cfg.RetryPeriod {
+				m.confirmAfterPause(ctx, now.Sub(lastTick))
+			}
+			lastTick = now
 		case <-m.wake:
 			renew = false
 		case <-expiry.C():
