@@ -15,9 +15,10 @@ import (
 // a health query that finds no free slot does not block: it waits
 // PollEvery and reads the service's current state (a query at index 0,
 // answered at once), which Loop's index rules turn into a change or
-// nothing. Slots are taken per query, not per worker, so a slot freed by
-// one worker is the next poller's, and every service is either watched or
-// read at least every PollEvery.
+// nothing. Slots are taken per query: a watcher whose query returns takes
+// its slot again at once, so the services that first got a slot keep it,
+// and a slot is a poller's (at its next poll) only once a watcher ends or
+// fails. Every service is either watched or read at least every PollEvery.
 type slots struct {
 	max     int64
 	every   time.Duration
