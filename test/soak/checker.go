@@ -112,8 +112,9 @@ type checker struct {
 	desiredAt   map[key]time.Time
 	missing     map[key]*streak
 	extra       map[key]*streak
-	dups        map[key]*streak // instances registered more than once
-	dual        map[string]int  // Service key -> consecutive samples held by two replicas
+	dups        map[key]*streak      // instances registered more than once
+	dual        map[string]int       // Service key -> consecutive samples held by two replicas
+	thawedAt    map[string]time.Time // replica id -> when the pause fault thawed it
 	gaps        map[string]*gapStat
 	extraGaps   map[string]*gapStat
 	violations  []violation
@@ -151,7 +152,7 @@ func (r *reading) current(k key) bool {
 
 func newChecker(w *world, bound time.Duration) *checker {
 	return &checker{w: w, start: w.start, bound: bound, desiredAt: map[key]time.Time{}, missing: map[key]*streak{},
-		extra: map[key]*streak{}, dups: map[key]*streak{}, dual: map[string]int{}, gaps: map[string]*gapStat{}, extraGaps: map[string]*gapStat{}}
+		extra: map[key]*streak{}, dups: map[key]*streak{}, dual: map[string]int{}, thawedAt: map[string]time.Time{}, gaps: map[string]*gapStat{}, extraGaps: map[string]*gapStat{}}
 }
 
 func (c *checker) since(t time.Time) float64 { return t.Sub(c.start).Seconds() }
@@ -173,6 +174,22 @@ func (c *checker) faultEnd(id int) {
 	f := c.faults[id]
 	f.End, f.EndS = now, c.since(now)
 	c.w.logf("fault %s: healed after %.1fs", f.Kind, now.Sub(f.Start).Seconds())
+}
+
+// thawGrace is how long a replica thawed after its Lease passed on may
+// still run workers of the shards it lost: its first retry tick (late:
+// the pause) reads the Leases and hands them over, and their workers stop
+// (a retry period, the Lease reads, the workers' ends). Its writes for
+// them are refused on the shards' fences meanwhile (checked as missing
+// and extra instances). Without the Lease read the elections notice only
+// after the renew deadline.
+const thawGrace = 4 * time.Second // two of the default --lease-retry-period (2 s); the renew deadline is 10 s
+
+// thawed records that replica id was thawed at at (the pause fault).
+func (c *checker) thawed(id string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.thawedAt[id] = at
 }
 
 func (c *checker) violate(at time.Time, rule, fault, object, format string, args ...any) {
@@ -429,6 +446,12 @@ func (c *checker) judge(r *reading, ws map[string][]string, gen int, txns int64,
 	c.last = r
 	// (e) one replica per Service: held by two in two samples in a row.
 	for k, reps := range ws {
+		if len(reps) > 1 && slices.ContainsFunc(reps, func(r string) bool {
+			t, ok := c.thawedAt[r]
+			return ok && now.Sub(t) < thawGrace
+		}) {
+			continue // a replica just thawed drops the shards it lost (thawGrace)
+		}
 		if len(reps) > 1 {
 			c.dual[k]++
 			if c.dual[k] == 2 {

@@ -148,3 +148,36 @@ func TestCheckerNamesWhatHoldsAMissingInstance(t *testing.T) {
 		t.Fatalf("detail %q\ndoes not end with %q", d, want)
 	}
 }
+
+// TestCheckerGivesAThawedReplicaThawGrace: a Service run by two replicas
+// in two samples in a row is a violation, unless one of them was thawed
+// less than thawGrace ago (it drops the shards it lost within it); past
+// the grace it is one again.
+func TestCheckerGivesAThawedReplicaThawGrace(t *testing.T) {
+	j := newJudged(t)
+	both := map[string][]string{"alpha/svc-001": {"alpha-0", "alpha-1"}}
+	sample := func(at float64) {
+		r := &reading{At: j.t0.Add(time.Duration(at * float64(time.Second))), Desired: map[key]bool{}, Present: map[key][]entry{}}
+		j.c.mu.Lock()
+		defer j.c.mu.Unlock()
+		j.c.judge(r, both, 0, 0, r.At)
+	}
+	j.c.thawed("alpha-1", j.t0.Add(10*time.Second))
+	sample(10.5)
+	sample(11)
+	sample(13.5)
+	if got := j.rules(); len(got) != 0 {
+		t.Fatalf("violations %v within %s of the thaw, want none", got, thawGrace)
+	}
+	sample(14.5)
+	sample(15)
+	if got := j.rules(); !slices.Equal(got, []string{"one-replica"}) {
+		t.Fatalf("violations %v past the grace, want [one-replica]", got)
+	}
+	j = newJudged(t)
+	sample(1)
+	sample(1.5)
+	if got := j.rules(); !slices.Equal(got, []string{"one-replica"}) {
+		t.Fatalf("violations %v with no thaw, want [one-replica]", got)
+	}
+}

@@ -51,6 +51,7 @@ func (w *world) pause(ctx context.Context, rng *rand.Rand, hold time.Duration) e
 	}
 	sleep(ctx, frozen)
 	err := d.Signal(syscall.SIGCONT) // even when ctx ended: never leave it frozen
+	w.chk.thawed(r.id, time.Now())
 	w.chk.faultEnd(id)
 	if err != nil {
 		return fmt.Errorf("thaw replica %s: %w", r.id, err)
