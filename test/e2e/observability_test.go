@@ -124,7 +124,7 @@ func TestMetricsPerWorkerNone(t *testing.T) {
 			`fleetsync_fleet_instance_writes_total{kind="register"} 2`,
 			`fleetsync_fleet_workers{state="idle"} 1`,
 			"fleetsync_fleet_flushes_total 1",
-			"fleetsync_consul_txn_ops_total 6", // the claim check, the node, 2 x (service, check)
+			"fleetsync_consul_txn_ops_total 7", // the claim's index and session checks, the node, 2 x (service, check)
 			"fleetsync_fleet_change_latency_seconds_count 1",
 			"fleetsync_supervisor_workers_started_total 1",
 		} {
