@@ -177,13 +177,15 @@ func (c *checker) faultEnd(id int) {
 }
 
 // thawGrace is how long a replica thawed after its Lease passed on may
-// still run workers of the shards it lost: its first retry tick (late:
-// the pause) reads the Leases and hands them over, and their workers stop
-// (a retry period, the Lease reads, the workers' ends). Its writes for
-// them are refused on the shards' fences meanwhile (checked as missing
-// and extra instances). Without the Lease read the elections notice only
-// after the renew deadline.
-const thawGrace = 4 * time.Second // two of the default --lease-retry-period (2 s); the renew deadline is 10 s
+// still run workers of the shards it lost: the shards' documented bound, a
+// retry period and the renew deadline of the defaults (2 s + 10 s). Its
+// first retry tick (late by the pause) reads the Leases and hands the
+// shards over, usually within tens of milliseconds; when the API server
+// cannot be read then, or the workers take long to stop (a Consul call in
+// flight), the elections end it within the bound. Its writes for those
+// shards are refused on their fences meanwhile (the instance rules check
+// what lands).
+const thawGrace = 12 * time.Second
 
 // thawed records that replica id was thawed at at (the pause fault).
 func (c *checker) thawed(id string, at time.Time) {

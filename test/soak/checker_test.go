@@ -165,12 +165,12 @@ func TestCheckerGivesAThawedReplicaThawGrace(t *testing.T) {
 	j.c.thawed("alpha-1", j.t0.Add(10*time.Second))
 	sample(10.5)
 	sample(11)
-	sample(13.5)
+	sample(21.5)
 	if got := j.rules(); len(got) != 0 {
 		t.Fatalf("violations %v within %s of the thaw, want none", got, thawGrace)
 	}
-	sample(14.5)
-	sample(15)
+	sample(22.5)
+	sample(23)
 	if got := j.rules(); !slices.Equal(got, []string{"one-replica"}) {
 		t.Fatalf("violations %v past the grace, want [one-replica]", got)
 	}
