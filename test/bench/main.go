@@ -26,30 +26,31 @@ type options struct {
 	quick               bool
 	out                 string
 
-	idle             time.Duration
-	latencySamples   int
-	churnServices    int
-	churnFor         time.Duration
-	churnBudget      float64
-	memoryLarge      int
-	inprocServices   int
-	inprocEndpoints  int
-	inprocShard      int
-	rolloutEndpoints int
-	replicaServices  int
-	replicas         int
-	replicaShards    int
-	tok8sServices    int
-	tok8sInstances   int
-	tok8sLarge       int
-	tok8sIdle        time.Duration
-	keepLogs         bool
-	daemonEnv        []string // --daemon-env
-	daemonArgs       []string // --daemon-arg
-	pprof            bool
-	steady           bool
-	perfDoc          string // --performance-doc
-	renderFrom       string // --render-from
+	idle                 time.Duration
+	latencySamples       int
+	churnServices        int
+	churnFor             time.Duration
+	churnBudget          float64
+	memoryLarge          int
+	inprocServices       int
+	inprocEndpoints      int
+	inprocShard          int
+	rolloutEndpoints     int
+	replicaServices      int
+	replicas             int
+	replicaShards        int
+	tok8sServices        int
+	tok8sInstances       int
+	tok8sLarge           int
+	tok8sIdle            time.Duration
+	tok8sReplicaServices int
+	keepLogs             bool
+	daemonEnv            []string // --daemon-env
+	daemonArgs           []string // --daemon-arg
+	pprof                bool
+	steady               bool
+	perfDoc              string // --performance-doc
+	renderFrom           string // --render-from
 }
 
 func parseFlags(args []string) (options, error) {
@@ -82,6 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.tok8sServices, "to-k8s-services", 0, "Consul services of the to-k8s scenario (default 1000; 100 with --quick)")
 	fs.IntVar(&o.tok8sInstances, "to-k8s-instances", 0, "instances per Consul service in the to-k8s scenario (default 10; 5 with --quick)")
 	fs.IntVar(&o.tok8sLarge, "to-k8s-large", 0, "instances of the to-k8s scenario's one large service (default 10000; 1000 with --quick)")
+	fs.IntVar(&o.tok8sReplicaServices, "to-k8s-replica-services", 0, "Consul services the to-k8s scenario mirrors last with --replicas replicas and --replica-shards shards (default 5000; 200 with --quick)")
 	fs.DurationVar(&o.tok8sIdle, "to-k8s-idle", 0, "idle interval of the to-k8s scenario (default 10m; 10s with --quick)")
 	fs.IntVar(&o.consulNodes, "consul-nodes", 0, "the daemons' --consul-nodes (default: not set, the daemon's default)")
 	fs.IntVar(&o.consulServers, "consul-servers", 1, "Consul server agents with data dirs, as in production (0: one `consul agent -dev`, in memory; a dev agent also indents every JSON answer, 2.2x the bytes of a server's)")
@@ -140,6 +142,7 @@ func parseFlags(args []string) (options, error) {
 	def(&o.tok8sServices, 1000, 100)
 	def(&o.tok8sInstances, 10, 5)
 	def(&o.tok8sLarge, 10000, 1000)
+	def(&o.tok8sReplicaServices, 5000, 200)
 	if o.quick {
 		o.steady = false
 	}
@@ -150,7 +153,7 @@ func parseFlags(args []string) (options, error) {
 	defDur(&o.idle, 60*time.Second, 10*time.Second)
 	defDur(&o.churnFor, 60*time.Second, 10*time.Second)
 	defDur(&o.tok8sIdle, 10*time.Minute, 10*time.Second)
-	if o.tok8sInstances > 100 || o.tok8sServices > 25000 || o.tok8sLarge > 250000 {
+	if o.tok8sInstances > 100 || o.tok8sServices > 25000 || o.tok8sReplicaServices > 25000 || o.tok8sLarge > 250000 {
 		return o, fmt.Errorf("--to-k8s-instances=%d --to-k8s-services=%d --to-k8s-large=%d: at most 100, 25000 and 250000 (unique addresses)", o.tok8sInstances, o.tok8sServices, o.tok8sLarge)
 	}
 	if o.churnServices > o.services {

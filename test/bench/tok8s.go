@@ -97,7 +97,10 @@ func (b *bench) toK8s() error {
 	if err := b.tok8sFlips(w); err != nil {
 		return err
 	}
-	return b.tok8sLarge(w)
+	if err := b.tok8sLarge(w); err != nil {
+		return err
+	}
+	return b.tok8sReplicas(n)
 }
 
 // registerVMs puts n services x m instances, each with a passing check, on
