@@ -81,6 +81,7 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 			if !c.slots.wait(ctx) {
 				return nil, 0, ctx.Err()
 			}
+			defer c.slots.done()
 			index = 0 // read the current state, at once
 		}
 	}

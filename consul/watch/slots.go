@@ -23,9 +23,11 @@ type slots struct {
 	max     int64
 	every   time.Duration
 	clock   clock.Clock
-	used    atomic.Int64 // blocking health queries in flight
-	polling atomic.Int64 // health queries waiting for their poll
-	polls   atomic.Int64 // polls read, in all
+	reads   chan struct{}  // polls reading at once: polls take connections too
+	jitter  func() float64 // in [0, 1): spreads the polls of workers started together
+	used    atomic.Int64   // blocking health queries in flight
+	polling atomic.Int64   // health queries waiting for their poll
+	polls   atomic.Int64   // polls read, in all
 	once    sync.Once
 	full    func() // told the first time no slot is free
 }
@@ -50,20 +52,30 @@ func (s *slots) take() bool {
 
 func (s *slots) free() { s.used.Add(-1) }
 
-// wait waits the poll interval (false: ctx ended first).
+// wait waits the poll interval, 80 to 120 % of PollEvery so that workers
+// started together do not poll together, then for one of the poll reads
+// (false: ctx ended first). A true wait must be followed by done.
 func (s *slots) wait(ctx context.Context) bool {
 	s.polling.Add(1)
 	defer s.polling.Add(-1)
-	t := s.clock.NewTimer(s.every)
+	t := s.clock.NewTimer(time.Duration(float64(s.every) * (0.8 + 0.4*s.jitter())))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C():
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case s.reads <- struct{}{}:
 		s.polls.Add(1)
 		return true
 	}
 }
+
+// done ends a poll read that wait let through.
+func (s *slots) done() { <-s.reads }
 
 // WatchStats is what the health queries of a Client do now.
 type WatchStats struct {

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -49,7 +50,7 @@ func TestMaxWatchesPollsPastTheCap(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
 	var full atomic.Int64
-	c := New(a, Options{MaxWatches: 1, PollEvery: 3 * time.Second, Clock: clk, Full: func() { full.Add(1) }})
+	c := New(a, Options{MaxWatches: 1, PollEvery: 3 * time.Second, Clock: clk, Full: func() { full.Add(1) }, Jitter: func() float64 { return 0.5 }})
 	ctx := t.Context()
 
 	first := make(chan error, 1)
@@ -123,5 +124,73 @@ func TestNoCapBlocksAlways(t *testing.T) {
 	}
 	if indexed.Load() != 3 || c.Stats() != (WatchStats{}) {
 		t.Fatalf("%d indexed queries, stats %+v; want 3 and none", indexed.Load(), c.Stats())
+	}
+}
+
+// TestPollsReadAFewAtATime: past the cap, polls of workers started
+// together hold at most max(8, MaxWatches/16) connections at once, and
+// the rest wait for one of them to end.
+func TestPollsReadAFewAtATime(t *testing.T) {
+	hold, stop := make(chan struct{}), make(chan struct{})
+	var inFlight, peak atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("index") != "" {
+			<-stop // the one blocking query holds the slot
+			return
+		}
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-hold:
+		case <-stop:
+		}
+		inFlight.Add(-1)
+		w.Header().Set("X-Consul-Index", "7")
+		_, _ = w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	defer close(stop)
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(a, Options{MaxWatches: 1, PollEvery: time.Second, Clock: clk, Jitter: func() float64 { return 0 }})
+	ctx := t.Context()
+	go func() { _, _, _ = c.Health(ctx, "watched", 5) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Blocking != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first query did not take the slot")
+		}
+		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
+	}
+	const pollers = 12
+	done := make(chan error, pollers)
+	for i := range pollers {
+		go func() { _, _, err := c.Health(ctx, fmt.Sprintf("p%d", i), 5); done <- err }()
+	}
+	for c.Stats().Polling != pollers {
+		if time.Now().After(deadline) {
+			t.Fatalf("pollers waiting: %+v", c.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(time.Second) // every poller's timer at once (jitter 0: 80 % of a second)
+	for inFlight.Load() != 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls reading, want 8", inFlight.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	for range pollers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 8 {
+		t.Fatalf("at most %d polls read at once, want 8", p)
 	}
 }

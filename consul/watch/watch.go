@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -27,6 +28,9 @@ type Options struct {
 	// Full, when set, is told the first time the cap is reached.
 	Full  func()
 	Clock clock.Clock // default: real
+	// Jitter spreads the polls (default math/rand/v2.Float64; tests
+	// inject a fixed value).
+	Jitter func() float64
 }
 
 // Client sends the blocking queries. It is safe for concurrent use.
@@ -53,7 +57,13 @@ func New(c *api.Client, opts Options) *Client {
 		if opts.Clock == nil {
 			opts.Clock = clock.RealClock{}
 		}
-		cl.slots = &slots{max: int64(opts.MaxWatches), every: opts.PollEvery, clock: opts.Clock, full: opts.Full}
+		if opts.Jitter == nil {
+			opts.Jitter = rand.Float64
+		}
+		// Polls read at once: a sixteenth of the cap (8 at least), so
+		// that blocking queries and polls stay within MaxWatches*17/16.
+		cl.slots = &slots{max: int64(opts.MaxWatches), every: opts.PollEvery, clock: opts.Clock, full: opts.Full,
+			reads: make(chan struct{}, max(8, opts.MaxWatches/16)), jitter: opts.Jitter}
 	}
 	return cl
 }
