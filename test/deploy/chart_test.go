@@ -168,6 +168,7 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		{"no consul address", "clusterID: prod", "consul.address is required"},
 		{"two CA sources", "clusterID: prod\nconsul: {address: c:8500, ca: {secretName: a, configMapName: b}}", "set secretName or configMapName, not both"},
 		{"bad terminating policy", "clusterID: prod\nconsul: {address: c:8500}\nsync: {terminating: maybe}", "/sync/terminating"},
+		{"bad consul domain", "clusterID: prod\nconsul: {address: c:8500}\ntoK8s: {enabled: true, consulDomain: Corp_Consul}", "/toK8s/consulDomain"},
 		{"bad per-worker setting", "clusterID: prod\nconsul: {address: c:8500}\nmetrics: {perWorker: some}", "/metrics/perWorker"},
 		{"ServiceMonitor without Service", "clusterID: prod\nconsul: {address: c:8500}\nservice: {enabled: false}\nmetrics: {serviceMonitor: {enabled: true}}",
 			"needs service.enabled"},

@@ -80,11 +80,17 @@ func (o objects) named(t *testing.T, kind, name string, into any) bool {
 	return false
 }
 
+// adoptValues are the values of a switch from consul-k8s's
+// syncCatalog.toK8S in place: its domain, and its objects adopted. They
+// extend toK8sValues's toK8s map.
+const adoptValues = "  consulDomain: corp.consul\n  adoptConsulK8s: true\n"
+
 // TestHelmTemplateToK8s: each mode adds exactly its RBAC (mirror: a Role
 // and RoleBinding in the write namespace; import: a ClusterRole and
 // binding for slices), the base RBAC stays as it is, the daemon accepts
 // every to-k8s flag the chart passes, and the API server accepts the
-// objects (server-side dry run).
+// objects (server-side dry run). consulDomain and adoptConsulK8s are
+// passed only when set.
 func TestHelmTemplateToK8s(t *testing.T) {
 	needStack(t)
 	bin, err := fixture.Build()
@@ -92,10 +98,16 @@ func TestHelmTemplateToK8s(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		mirror, imp bool
-	}{{"mirror", true, false}, {"import", false, true}, {"both", true, true}, {"off", false, false}} {
+		adopt       bool
+	}{{"mirror", true, false, false}, {"import", false, true, false}, {"both", true, true, false}, {"off", false, false, false},
+		{"mirror adopting", true, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns, writeNS := uniq("tok8s-chart"), uniq("tok8s-mirror")
-			o := toK8sValues(tc.mirror, tc.imp, writeNS).render(t, "fs", ns)
+			p := toK8sValues(tc.mirror, tc.imp, writeNS)
+			if tc.adopt {
+				p.values += adoptValues
+			}
+			o := p.render(t, "fs", ns)
 			var role rbacv1.Role
 			var rb rbacv1.RoleBinding
 			if got := o.named(t, "Role", "fs-fleetsync-to-k8s", &role) && o.named(t, "RoleBinding", "fs-fleetsync-to-k8s", &rb); got != tc.mirror {
@@ -129,6 +141,14 @@ func TestHelmTemplateToK8s(t *testing.T) {
 			if tc.mirror && !slices.Contains(args, "--k8s-write-namespace="+writeNS) || tc.imp && !slices.Contains(args, `--to-k8s-filter=Service.Meta.env == "prod"`) ||
 				hasToK8s && !slices.Contains(args, "--to-k8s-max-watches=64") {
 				t.Errorf("args %q", args)
+			}
+			if tc.adopt && (!slices.Contains(args, "--consul-domain=corp.consul") || !slices.Contains(args, "--to-k8s-adopt-consul-k8s=true")) {
+				t.Errorf("consulDomain and adoptConsulK8s set, args %q", args)
+			}
+			if !tc.adopt && slices.ContainsFunc(args, func(a string) bool {
+				return strings.HasPrefix(a, "--consul-domain") || strings.HasPrefix(a, "--to-k8s-adopt-consul-k8s")
+			}) {
+				t.Errorf("consulDomain and adoptConsulK8s unset, args %q", args)
 			}
 			if r := runCmd(t, bin, append(slices.Clone(args), "--version")...); r.code != 0 {
 				t.Errorf("fleetsync %v --version: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
@@ -274,7 +294,8 @@ func TestKustomizeToK8s(t *testing.T) {
 		}
 		settings = append(settings, k+"="+v)
 	}
-	if cm.Data["FLEETSYNC_TO_K8S"] != "true" || cm.Data["FLEETSYNC_TO_K8S_IMPORT"] != "true" {
+	if cm.Data["FLEETSYNC_TO_K8S"] != "true" || cm.Data["FLEETSYNC_TO_K8S_IMPORT"] != "true" ||
+		cm.Data["FLEETSYNC_CONSUL_DOMAIN"] != "consul" || cm.Data["FLEETSYNC_TO_K8S_ADOPT_CONSUL_K8S"] != "false" {
 		t.Errorf("settings %v", cm.Data)
 	}
 	if r := runCmdEnv(t, settings, bin, "--version"); r.code != 0 {

@@ -53,6 +53,12 @@
 - {{ print "--to-k8s=" .enabled | toJson }}
 - {{ print "--to-k8s-import=" .import | toJson }}
 - {{ print "--to-k8s-mode=" .mode | toJson }}
+{{- with .consulDomain }}
+- {{ print "--consul-domain=" . | toJson }}
+{{- end }}
+{{- if .adoptConsulK8s }}
+- "--to-k8s-adopt-consul-k8s=true"
+{{- end }}
 - {{ print "--k8s-write-namespace=" (include "fleetsync.toK8sNamespace" $) | toJson }}
 - {{ print "--k8s-service-prefix=" .servicePrefix | toJson }}
 {{- with .allow }}
