@@ -73,13 +73,13 @@ func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query)
 
 // HealthQuery is Health narrowed by q. Past MaxWatches a query that would
 // block polls instead (see slots).
-func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) ([]Entry, uint64, error) {
+func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) (Instances, uint64, error) {
 	if index > 0 && c.slots != nil {
 		if c.slots.take() {
 			defer c.slots.free()
 		} else {
 			if !c.slots.wait(ctx) {
-				return nil, 0, ctx.Err()
+				return Instances{}, 0, ctx.Err()
 			}
 			defer c.slots.done()
 			index = 0 // read the current state, at once
@@ -89,7 +89,7 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 	for {
 		raw, meta, err := c.api.Health().Service(name, q.Tag, false, c.queryOf(ctx, index, stale, q))
 		if err != nil {
-			return nil, 0, fmt.Errorf("consul health of service %q: %w", name, err)
+			return Instances{}, 0, fmt.Errorf("consul health of service %q: %w", name, err)
 		}
 		if stale && c.tooStale(meta) {
 			stale = false
@@ -108,6 +108,6 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 			}
 			return out[i].ID < out[j].ID
 		})
-		return out, meta.LastIndex, nil
+		return Instances{Entries: out, FilteredByACLs: meta.ResultsFilteredByACLs, Streamed: meta.QueryBackend == api.QueryBackendStreaming}, meta.LastIndex, nil
 	}
 }

@@ -140,10 +140,26 @@ func (c *Client) Services(ctx context.Context, index uint64) (Catalog, uint64, e
 	}
 }
 
+// Instances is one answer of a service's health read.
+type Instances struct {
+	Entries []Entry // sorted by node and ID
+	// FilteredByACLs is true when Consul says it left instances out that
+	// the token may not read (it lost service:read on the service, or
+	// node:read on their nodes): the answer is not the whole service.
+	FilteredByACLs bool
+	// Streamed is true for an answer of Consul's streaming backend (a
+	// blocking read with an index, Consul >= 1.10 with
+	// use_streaming_backend, the default). That backend drops what the
+	// token may not read without saying so: FilteredByACLs is always
+	// false there, and only a read with index 0 (answered by the RPC
+	// backend) tells.
+	Streamed bool
+}
+
 // Health returns the instances of service name with their nodes and
 // checks, once the service's index differs from index (at once for 0), or
 // Wait passed. Entries are sorted by node and ID.
-func (c *Client) Health(ctx context.Context, name string, index uint64) ([]Entry, uint64, error) {
+func (c *Client) Health(ctx context.Context, name string, index uint64) (Instances, uint64, error) {
 	return c.HealthQuery(ctx, name, Query{}, index)
 }
 

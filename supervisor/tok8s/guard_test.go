@@ -67,9 +67,9 @@ func newGuardedShards(t *testing.T, shards *Shards) *guarded {
 		t.Fatal("cache did not sync")
 	}
 	g := &guarded{clk: clocktesting.NewFakeClock(time.Unix(0, 0))}
-	health := func(ctx context.Context, _ string, _ watch.Query, _ uint64) ([]watch.Entry, uint64, error) {
+	health := func(ctx context.Context, _ string, _ watch.Query, _ uint64) (watch.Instances, uint64, error) {
 		<-ctx.Done()
-		return nil, 0, ctx.Err()
+		return watch.Instances{}, 0, ctx.Err()
 	}
 	g.s = New(Options{Mirror: true, Namespace: "m", Owned: cache, Health: health, Clock: g.clk, DeletionGrace: testGrace, Shards: shards,
 		Config: wtok8s.Config{Mark: mark},

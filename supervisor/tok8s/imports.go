@@ -202,7 +202,7 @@ func (s *Supervisor) feed(src source) (wtok8s.Health, wtok8s.Config) {
 	}
 	q := src.query
 	cfg.EmptyIsAnswer = q.Filter != "" // filtered out, or gone: only an unfiltered read tells
-	return func(ctx context.Context, name string, index uint64) ([]watch.Entry, uint64, error) {
+	return func(ctx context.Context, name string, index uint64) (watch.Instances, uint64, error) {
 		return s.opts.Health(ctx, name, q, index)
 	}, cfg
 }

@@ -90,9 +90,9 @@ func TestImportOfMirrored(t *testing.T) {
 // a unit that is not selected reads nothing and keeps the fleet's window.
 func TestFeed(t *testing.T) {
 	var asked watch.Query
-	s := New(Options{Config: wtok8s.Config{Window: time.Second}, Health: func(_ context.Context, _ string, q watch.Query, _ uint64) ([]watch.Entry, uint64, error) {
+	s := New(Options{Config: wtok8s.Config{Window: time.Second}, Health: func(_ context.Context, _ string, q watch.Query, _ uint64) (watch.Instances, uint64, error) {
 		asked = q
-		return nil, 1, nil
+		return watch.Instances{}, 1, nil
 	}})
 	q := watch.Query{Datacenter: "dc2", Tag: "primary"}
 	health, cfg := s.feed(source{consul: "postgres", query: q, window: 0})

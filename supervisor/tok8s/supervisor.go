@@ -22,7 +22,7 @@ type Catalog func(ctx context.Context, index uint64) (watch.Catalog, uint64, err
 
 // Health is one blocking query on a Consul service's health, narrowed by
 // q (watch.Client.HealthQuery).
-type Health func(ctx context.Context, name string, q watch.Query, index uint64) ([]watch.Entry, uint64, error)
+type Health func(ctx context.Context, name string, q watch.Query, index uint64) (watch.Instances, uint64, error)
 
 // Options build a Supervisor; Config, Catalog, Health, Owned and Writer are
 // required.

@@ -79,18 +79,18 @@ func TestSupervisorImportMetrics(t *testing.T) {
 	bad.Key.Name, bad.Object.Name = "bad", "bad"
 	var mu sync.Mutex
 	var queries []watch.Query
-	health := func(ctx context.Context, name string, q watch.Query, index uint64) ([]watch.Entry, uint64, error) {
+	health := func(ctx context.Context, name string, q watch.Query, index uint64) (watch.Instances, uint64, error) {
 		mu.Lock()
 		queries = append(queries, q)
 		mu.Unlock()
 		if index > 0 {
 			<-ctx.Done() // a blocking query that never changes
-			return nil, 0, ctx.Err()
+			return watch.Instances{}, 0, ctx.Err()
 		}
-		return []watch.Entry{
+		return watch.Instances{Entries: []watch.Entry{
 			{Node: watch.Node{Name: "vm1", Address: "10.0.0.1"}, ID: "a", Service: name, Port: 5432, Tags: []string{"primary"}, Status: watch.StatusPassing},
 			{Node: watch.Node{Name: "vm2", Address: "10.0.0.2"}, ID: "b", Service: name, Port: 5432, Tags: []string{"primary"}, Status: watch.StatusPassing},
-		}, 5, nil
+		}}, 5, nil
 	}
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, -1)

@@ -67,6 +67,10 @@ type Unit struct {
 	ConsulName      string
 	Mirror          bool   // fleetsync owns the Service too
 	PortName        string // the slices' port name (import mode: the Service's)
+	// Held: the supervisor's deletion guard holds the unit (its Consul
+	// name is missing from a catalog answer that dropped most units): an
+	// empty health answer changes nothing.
+	Held bool
 }
 
 // Keep reports why e is left out ("" to keep it).

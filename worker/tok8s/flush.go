@@ -36,24 +36,33 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 		return w.deleteAll(ctx, slices, svc)
 	}
 	w.mu.Lock()
-	entries, known := w.entries, w.known
+	entries, filtered, known := w.entries, w.filtered, w.known
 	w.mu.Unlock()
 	if !known {
 		return 0, false, nil // nothing before the first health answer
 	}
-	if u.Mirror && len(entries) == 0 && !w.opts.Config.EmptyIsAnswer {
+	if len(entries) == 0 && (u.Held || u.Mirror && !w.opts.Config.EmptyIsAnswer) {
 		// Consul's catalog lists the name but it has no instance: the
 		// catalog's answer that drops the name is on its way, or Consul
 		// restarted empty, or the token cannot read the instances. Deleting
 		// a mirrored Service is the catalog's call (the supervisor's
-		// deletion guard), never an empty health answer's.
+		// deletion guard), never an empty health answer's; a unit the
+		// guard holds keeps its objects.
 		return 0, false, nil
 	}
 	eps, problems := w.opts.Config.Endpoints(entries)
+	kept := 0
+	if filtered {
+		eps, kept = keepMirrored(eps, slices)
+	}
+	w.hold(heldObject(u, target, svc), kept, len(entries))
 	w.stats.wanted(len(eps))
 	var owner metav1.OwnerReference
 	if u.Mirror {
 		want := w.opts.Config.DesiredService(u, eps)
+		if want == nil && filtered {
+			return 0, false, nil // the token cannot read them: not gone
+		}
 		if want == nil {
 			return w.deleteAll(ctx, slices, svc)
 		}
@@ -85,6 +94,15 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 	plan := Diff(desired, slices)
 	n, err := w.apply(ctx, plan)
 	return wrote + n, false, err
+}
+
+// heldObject is the Service a hold's Event is about: the user's in import
+// mode, the mirrored one in mirror mode (nil before it exists).
+func heldObject(u Unit, target, svc *corev1.Service) *corev1.Service {
+	if u.Mirror {
+		return svc
+	}
+	return target
 }
 
 // ensureService creates or applies the mirrored Service; got is nil when

@@ -21,7 +21,20 @@ type Status struct {
 	// LastFlushDuration is how long that flush took, its writes included.
 	LastFlushDuration time.Duration `json:"lastFlushDuration"`
 	LastError         string        `json:"lastError,omitempty"` // of the last flush, "" once one succeeds
+	// Held says why endpoints or objects Consul's answers no longer have
+	// are kept: HeldFilteredByACLs, HeldCatalogDrop, or "" (none held).
+	Held string `json:"held,omitempty"`
 }
+
+// Why a unit's objects are held.
+const (
+	// HeldFilteredByACLs: the unit's health answers come filtered by
+	// ACLs and drop endpoints mirrored now (hold.go).
+	HeldFilteredByACLs = "filtered-by-acls"
+	// HeldCatalogDrop: the supervisor's deletion guard holds the unit: a
+	// catalog answer dropped most units at once (Unit.Held).
+	HeldCatalogDrop = "catalog-drop"
+)
 
 // stats is what Status reads, written by Run's goroutine.
 type stats struct {
@@ -40,6 +53,15 @@ func (s *stats) flushed(began, ended time.Time, wrote int, err error) {
 		s.st.Errors++
 		s.st.LastError = err.Error()
 	}
+}
+
+func (s *stats) held(held bool) {
+	s.mu.Lock()
+	s.st.Held = ""
+	if held {
+		s.st.Held = HeldFilteredByACLs
+	}
+	s.mu.Unlock()
 }
 
 func (s *stats) wanted(endpoints int) {

@@ -19,7 +19,7 @@ import (
 )
 
 // Health is one blocking query on the unit's Consul service (watch.Client.Health).
-type Health func(ctx context.Context, name string, index uint64) ([]watch.Entry, uint64, error)
+type Health func(ctx context.Context, name string, index uint64) (watch.Instances, uint64, error)
 
 // Owned is the cached view of the marked objects (k8s/owned.Cache).
 type Owned interface {
@@ -50,6 +50,7 @@ const (
 	ReasonInstanceSkipped = "InstanceSkipped"
 	ReasonNameTaken       = "NameTaken"
 	ReasonSyncFailed      = "KubernetesSyncFailed"
+	ReasonFilteredByACLs  = "ConsulFilteredByACLs"
 )
 
 // Lookup returns the unit as the supervisor sees it now, and whether it is
@@ -88,9 +89,10 @@ type Worker struct {
 
 	stats stats // Status's figures
 
-	mu      sync.Mutex
-	entries []watch.Entry
-	known   bool // a health answer arrived
+	mu       sync.Mutex
+	entries  []watch.Entry
+	filtered bool // Consul said the last answer was filtered by ACLs (hold.go)
+	known    bool // a health answer arrived
 
 	// Owned by Run's goroutine: what this worker wrote that the cache
 	// may not show yet (name -> resourceVersion written, "" for deleted).
@@ -98,6 +100,7 @@ type Worker struct {
 	wroteAt   time.Time
 	reported  map[string]bool
 	takenSeen bool
+	holding   bool // a filtered answer keeps endpoints it dropped (hold.go)
 }
 
 // New returns a worker; it does nothing until Run.
@@ -136,9 +139,9 @@ func (w *Worker) Known() bool {
 	return w.known
 }
 
-func (w *Worker) deliver(entries []watch.Entry) {
+func (w *Worker) deliver(a watch.Instances) {
 	w.mu.Lock()
-	w.entries, w.known = entries, true
+	w.entries, w.filtered, w.known = a.Entries, a.FilteredByACLs, true
 	w.mu.Unlock()
 	w.Notify()
 }
@@ -226,10 +229,12 @@ func (w *Worker) flushSafe(ctx context.Context) (wrote int, done bool, err error
 
 // watch runs the unit's health watch until ctx is done.
 func (w *Worker) watch(ctx context.Context) {
-	fetch := func(ctx context.Context, index uint64) ([]watch.Entry, uint64, error) {
-		return w.opts.Health(ctx, w.opts.Unit.ConsulName, index)
+	var last watch.Instances // the last answer delivered
+	fetch := func(ctx context.Context, index uint64) (watch.Instances, uint64, error) {
+		return w.read(ctx, index, last)
 	}
-	watch.Loop(ctx, fetch, w.deliver, watch.LoopOptions{Clock: w.opts.Clock, OnError: func(err error, n int) {
+	deliver := func(a watch.Instances) { last = a; w.deliver(a) }
+	watch.Loop(ctx, fetch, deliver, watch.LoopOptions{Clock: w.opts.Clock, OnError: func(err error, n int) {
 		if n == 1 || n%10 == 0 {
 			w.log.Warn("Consul health watch failed; retrying", "failures", n, "error", err)
 		}

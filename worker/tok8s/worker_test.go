@@ -83,14 +83,14 @@ func (f *fakeK8s) AdoptService(context.Context, *corev1.Service, func(*corev1.Se
 
 // fakeHealth answers the health query from a channel of answers: the first
 // query blocks until the test sends one.
-type fakeHealth struct{ answers chan []watch.Entry }
+type fakeHealth struct{ answers chan watch.Instances }
 
-func (h *fakeHealth) query(ctx context.Context, _ string, index uint64) ([]watch.Entry, uint64, error) {
+func (h *fakeHealth) query(ctx context.Context, _ string, index uint64) (watch.Instances, uint64, error) {
 	select {
-	case e := <-h.answers:
-		return e, index + 1, nil
+	case a := <-h.answers:
+		return a, index + 1, nil
 	case <-ctx.Done():
-		return nil, 0, ctx.Err()
+		return watch.Instances{}, 0, ctx.Err()
 	}
 }
 
@@ -102,7 +102,7 @@ func (h *fakeHealth) query(ctx context.Context, _ string, index uint64) ([]watch
 func TestNothingBeforeGateAndFirstHealth(t *testing.T) {
 	c := testConfig(t)
 	f := newFake()
-	h := &fakeHealth{answers: make(chan []watch.Entry)}
+	h := &fakeHealth{answers: make(chan watch.Instances)}
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	selected := true
@@ -117,7 +117,7 @@ func TestNothingBeforeGateAndFirstHealth(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	entries := []watch.Entry{vm("a", "10.0.0.1", 80, "passing")}
-	h.answers <- entries // the first health answer, gate still shut
+	h.answers <- watch.Instances{Entries: entries} // the first health answer, gate still shut
 	for !w.Known() {
 		time.Sleep(time.Millisecond) // the answer is delivered on the watch goroutine
 	}
