@@ -185,8 +185,17 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 		log.Warn("Consul -> Kubernetes: more services than --to-k8s-max-watches; past the cap each is read every --to-k8s-poll-interval instead of watched (raise Consul's limits.http_max_conns_per_client and the flag together, or spread the services over replicas with --shards)",
 			"max_watches", c.MaxWatches, "poll_interval", c.PollEvery)
 	}
+	wopts.FeedError = func(err error, failures int) {
+		if failures&(failures-1) == 0 { // 1, 2, 4, 8...: a Consul that stays down is not a log flood
+			log.Warn("Consul -> Kubernetes: change feed of the polled services failed; they are read at their poll until it recovers", "failures", failures, "error", err)
+		}
+	}
 	w := conn.NewWatch(wopts)
 	fleet.metrics.SetWatches(w.Stats)
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	feedDone := make(chan struct{})
+	go func() { defer close(feedDone); w.Run(feedCtx) }()
+	defer func() { stopFeed(); <-feedDone }()
 	log.Info("Consul -> Kubernetes", "mirror", c.Enabled, "import", c.Import, "namespace", ns, "prefix", c.Prefix)
 	var imports stok8s.Imports
 	if c.Import {

@@ -71,19 +71,35 @@ func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query)
 	return o
 }
 
+// ownScope reports whether q reads the Client's own datacenter, namespace
+// and partition: the change feed sees only those.
+func (c *Client) ownScope(q Query) bool {
+	same := func(a, b string) bool { return a == "" || a == b }
+	return same(q.Datacenter, c.opts.Datacenter) && same(q.Namespace, c.opts.Namespace) && same(q.Partition, c.opts.Partition)
+}
+
 // HealthQuery is Health narrowed by q. Past MaxWatches a query that would
-// block polls instead (see slots).
+// block polls instead (see slots), and reads at index 0 (first reads,
+// reads after an error) wait for one of the polls' reads, so that workers
+// started together do not open a connection each.
 func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) (Instances, uint64, error) {
-	if index > 0 && c.slots != nil {
-		if c.slots.take() {
-			defer c.slots.free()
-		} else {
-			if !c.slots.wait(ctx) {
-				return Instances{}, 0, ctx.Err()
-			}
-			defer c.slots.done()
-			index = 0 // read the current state, at once
+	switch {
+	case c.slots == nil:
+	case index == 0: // a first read or one after an error: a read like a poll's
+		if !c.slots.read(ctx) {
+			return Instances{}, 0, ctx.Err()
 		}
+		defer c.slots.done()
+	case c.slots.take():
+		defer c.slots.free()
+	default:
+		ch := c.slots.enter(name, c.ownScope(q))
+		defer c.slots.leave(name, ch)
+		if !c.slots.wait(ctx, ch) {
+			return Instances{}, 0, ctx.Err()
+		}
+		defer c.slots.done()
+		index = 0 // read the current state, at once
 	}
 	stale := c.opts.MaxStale > 0
 	for {

@@ -30,6 +30,71 @@ type slots struct {
 	polls   atomic.Int64   // polls read, in all
 	once    sync.Once
 	full    func() // told the first time no slot is free
+
+	// The change feed's side (see feed.go): a poller of a service in the
+	// Client's own scope registers a channel the feed nudges when the
+	// service changed; a nudge that comes while the poller reads is kept
+	// in pending and ends the name's next wait at once, so none is lost.
+	mu      sync.Mutex
+	waiting map[string]map[chan struct{}]struct{}
+	pending map[string]int
+	nudged  atomic.Int64  // polls the feed started early
+	started chan struct{} // closed at the first poll: the feed runs from then
+	start   sync.Once
+}
+
+// enter registers a poller of name for nudges (nil: name is not in the
+// Client's scope, only the poll interval wakes it).
+func (s *slots) enter(name string, own bool) chan struct{} {
+	s.start.Do(func() { close(s.started) })
+	if !own {
+		return nil
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting[name] == nil {
+		s.waiting[name] = map[chan struct{}]struct{}{}
+	}
+	s.waiting[name][ch] = struct{}{}
+	if s.pending[name] > 0 {
+		if s.pending[name]--; s.pending[name] == 0 {
+			delete(s.pending, name)
+		}
+		ch <- struct{}{}
+	}
+	return ch
+}
+
+// leave ends what enter began; a nudge not yet taken is kept for the
+// name's next poller.
+func (s *slots) leave(name string, ch chan struct{}) {
+	if ch == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiting[name], ch)
+	if len(s.waiting[name]) == 0 {
+		delete(s.waiting, name)
+	}
+	if len(ch) > 0 {
+		s.pending[name]++
+	}
+}
+
+// nudge wakes the pollers of names.
+func (s *slots) nudge(names map[string]struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n := range names {
+		for ch := range s.waiting[n] {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // take reserves a slot for a blocking query; false when all are used.
@@ -53,9 +118,10 @@ func (s *slots) take() bool {
 func (s *slots) free() { s.used.Add(-1) }
 
 // wait waits the poll interval, 80 to 120 % of PollEvery so that workers
-// started together do not poll together, then for one of the poll reads
-// (false: ctx ended first). A true wait must be followed by done.
-func (s *slots) wait(ctx context.Context) bool {
+// started together do not poll together, or a nudge on nudged, then for
+// one of the poll reads (false: ctx ended first). A true wait must be
+// followed by done.
+func (s *slots) wait(ctx context.Context, nudged chan struct{}) bool {
 	s.polling.Add(1)
 	defer s.polling.Add(-1)
 	t := s.clock.NewTimer(time.Duration(float64(s.every) * (0.8 + 0.4*s.jitter())))
@@ -64,12 +130,23 @@ func (s *slots) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	case <-t.C():
+	case <-nudged:
+		s.nudged.Add(1)
 	}
+	if !s.read(ctx) {
+		return false
+	}
+	s.polls.Add(1)
+	return true
+}
+
+// read waits for one of the reads (false: ctx ended first); a true read
+// must be followed by done.
+func (s *slots) read(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 		return false
 	case s.reads <- struct{}{}:
-		s.polls.Add(1)
 		return true
 	}
 }
@@ -82,6 +159,7 @@ type WatchStats struct {
 	Blocking int64 // blocking queries in flight (at most MaxWatches)
 	Polling  int64 // queries waiting for their poll, past the cap
 	Polls    int64 // polls read since the start
+	Nudged   int64 // polls the change feed started before their interval
 	Max      int64 // MaxWatches (0: no cap)
 }
 
@@ -90,5 +168,5 @@ func (c *Client) Stats() WatchStats {
 	if c.slots == nil {
 		return WatchStats{}
 	}
-	return WatchStats{Blocking: c.slots.used.Load(), Polling: c.slots.polling.Load(), Polls: c.slots.polls.Load(), Max: c.slots.max}
+	return WatchStats{Blocking: c.slots.used.Load(), Polling: c.slots.polling.Load(), Polls: c.slots.polls.Load(), Nudged: c.slots.nudged.Load(), Max: c.slots.max}
 }

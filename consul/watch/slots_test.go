@@ -194,3 +194,51 @@ func TestPollsReadAFewAtATime(t *testing.T) {
 		t.Fatalf("at most %d polls read at once, want 8", p)
 	}
 }
+
+// TestFirstReadsReadAFewAtATime: reads at index 0 (workers starting
+// together, or reading again after an error) take the polls' reads, so
+// they too hold at most max(8, MaxWatches/16) connections at once.
+func TestFirstReadsReadAFewAtATime(t *testing.T) {
+	hold := make(chan struct{})
+	var inFlight, peak atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-hold
+		inFlight.Add(-1)
+		w.Header().Set("X-Consul-Index", "7")
+		_, _ = w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(a, Options{MaxWatches: 1})
+	const workers = 12
+	done := make(chan error, workers)
+	for i := range workers {
+		go func() { _, _, err := c.Health(t.Context(), fmt.Sprintf("s%d", i), 0); done <- err }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for inFlight.Load() != 8 {
+		if time.Now().After(deadline) {
+			close(hold)
+			t.Fatalf("%d first reads reading, want 8", inFlight.Load())
+		}
+		time.Sleep(time.Millisecond) // no event to await: the server's count is the signal
+	}
+	close(hold)
+	for range workers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 8 {
+		t.Fatalf("at most %d first reads at once, want 8", p)
+	}
+	if s := c.Stats(); s.Polls != 0 {
+		t.Fatalf("stats %+v: first reads counted as polls", s)
+	}
+}

@@ -26,8 +26,11 @@ type Options struct {
 	MaxWatches int
 	PollEvery  time.Duration
 	// Full, when set, is told the first time the cap is reached.
-	Full  func()
-	Clock clock.Clock // default: real
+	Full func()
+	// FeedError, when set, is told every failed read of the change feed
+	// (see Client.Run).
+	FeedError func(err error, failures int)
+	Clock     clock.Clock // default: real
 	// Jitter spreads the polls (default math/rand/v2.Float64; tests
 	// inject a fixed value).
 	Jitter func() float64
@@ -63,7 +66,8 @@ func New(c *api.Client, opts Options) *Client {
 		// Polls read at once: a sixteenth of the cap (8 at least), so
 		// that blocking queries and polls stay within MaxWatches*17/16.
 		cl.slots = &slots{max: int64(opts.MaxWatches), every: opts.PollEvery, clock: opts.Clock, full: opts.Full,
-			reads: make(chan struct{}, max(8, opts.MaxWatches/16)), jitter: opts.Jitter}
+			reads: make(chan struct{}, max(8, opts.MaxWatches/16)), jitter: opts.Jitter,
+			waiting: map[string]map[chan struct{}]struct{}{}, pending: map[string]int{}, started: make(chan struct{})}
 	}
 	return cl
 }

@@ -1,0 +1,150 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// feedFilter keeps the feed's answers small: only the checks not passing.
+const feedFilter = `Status != "passing"`
+
+// feedGap is the least time between two reads of the feed: a datacenter
+// whose checks change all the time costs at most 1/feedGap reads a second.
+const feedGap = 50 * time.Millisecond
+
+// Run is the change feed of the polled services; it returns when ctx ends
+// (at once without MaxWatches). It starts with the first poll and holds one
+// blocking query on the checks that are not passing
+// (/v1/health/state/any?filter=Status != "passing"), which Consul answers
+// whenever any check changes. A check that appears in the answer, changes
+// (its ModifyIndex) or leaves it marks its service as changed; a node
+// check marks every service on the node (read from the catalog). The
+// pollers of a changed service in the Client's own scope read it at once
+// instead of at their poll. So a check turning critical, warning or
+// passing again, maintenance on or off, and an instance registered or
+// deregistered with a check not passing reach a polled worker in
+// milliseconds; an instance added or removed whose checks all pass, and an
+// address or port change, wait for the poll.
+func (c *Client) Run(ctx context.Context) {
+	s := c.slots
+	if s == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.started:
+	}
+	f := &feed{c: c}
+	Loop(ctx, f.fetch, func(checks []*api.HealthCheck) { f.deliver(ctx, checks) },
+		LoopOptions{Clock: s.clock, OnError: c.opts.FeedError})
+}
+
+type feedKey struct{ node, namespace, check string }
+
+type feedCheck struct {
+	service string // "" for a node check
+	node    string
+	modify  uint64
+}
+
+// feed holds the last answer; only Run's goroutine uses it.
+type feed struct {
+	c     *Client
+	last  map[feedKey]feedCheck // nil before the first answer
+	start time.Time             // of the last read
+}
+
+func (f *feed) fetch(ctx context.Context, index uint64) ([]*api.HealthCheck, uint64, error) {
+	clk := f.c.slots.clock
+	if gap := feedGap - clk.Since(f.start); !f.start.IsZero() && gap > 0 {
+		t := clk.NewTimer(gap)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, ctx.Err()
+		case <-t.C():
+		}
+	}
+	f.start = clk.Now()
+	stale := f.c.opts.MaxStale > 0
+	for {
+		q := f.c.query(ctx, index, stale)
+		q.Filter = feedFilter
+		checks, meta, err := f.c.api.Health().State(api.HealthAny, q)
+		if err != nil {
+			return nil, 0, fmt.Errorf("consul checks not passing: %w", err)
+		}
+		if stale && f.c.tooStale(meta) {
+			stale = false
+			continue
+		}
+		return checks, meta.LastIndex, nil
+	}
+}
+
+// deliver nudges the pollers of every service whose checks not passing
+// differ from the last answer's. The first answer is only kept: every
+// poller reads its service once at its start.
+func (f *feed) deliver(ctx context.Context, checks []*api.HealthCheck) {
+	now := make(map[feedKey]feedCheck, len(checks))
+	for _, h := range checks {
+		if h == nil {
+			continue // Consul never sends these; a garbled answer must not crash us
+		}
+		now[feedKey{h.Node, h.Namespace, h.CheckID}] = feedCheck{service: h.ServiceName, node: h.Node, modify: h.ModifyIndex}
+	}
+	last := f.last
+	f.last = now
+	if last == nil {
+		return
+	}
+	changed := map[string]struct{}{}
+	nodes := map[string]struct{}{}
+	mark := func(h feedCheck) {
+		if h.service != "" {
+			changed[h.service] = struct{}{}
+		} else {
+			nodes[h.node] = struct{}{}
+		}
+	}
+	for k, h := range now {
+		if was, ok := last[k]; !ok || was.modify != h.modify {
+			mark(h)
+		}
+	}
+	for k, h := range last {
+		if _, ok := now[k]; !ok {
+			mark(h)
+		}
+	}
+	for n := range nodes {
+		if err := f.servicesOn(ctx, n, changed); err != nil && f.c.opts.FeedError != nil {
+			f.c.opts.FeedError(err, 1) // the node's pollers wait for their poll
+		}
+	}
+	if len(changed) > 0 {
+		f.c.slots.nudge(changed)
+	}
+}
+
+// servicesOn adds the names of node's services to into.
+func (f *feed) servicesOn(ctx context.Context, node string, into map[string]struct{}) error {
+	q := f.c.query(ctx, 0, f.c.opts.MaxStale > 0)
+	l, _, err := f.c.api.Catalog().NodeServiceList(node, q)
+	if err != nil {
+		return fmt.Errorf("consul services of node %q: %w", node, err)
+	}
+	if l == nil {
+		return nil // the node is gone: its services' pollers see that at their poll
+	}
+	for _, s := range l.Services {
+		if s != nil {
+			into[s.Service] = struct{}{}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package watch
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// fakeChecks is a Consul that serves the feed's query the way Consul does:
+// an index below the current one is answered at once, the current one
+// blocks until the checks change.
+type fakeChecks struct {
+	mu      sync.Mutex
+	index   uint64
+	checks  []*api.HealthCheck
+	changed chan struct{} // closed and replaced on every change
+	blocked chan struct{} // told every blocking feed query
+	filters []string
+}
+
+func (f *fakeChecks) set(checks ...*api.HealthCheck) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	f.checks = checks
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeChecks) serve(w http.ResponseWriter, r *http.Request, stop chan struct{}) {
+	idx, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
+	f.mu.Lock()
+	f.filters = append(f.filters, r.URL.Query().Get("filter"))
+	for idx >= f.index {
+		ch := f.changed
+		f.mu.Unlock()
+		f.blocked <- struct{}{}
+		select {
+		case <-ch:
+		case <-stop:
+			return
+		case <-r.Context().Done():
+			return
+		}
+		f.mu.Lock()
+	}
+	body, _ := json.Marshal(f.checks)
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(f.index, 10))
+	f.mu.Unlock()
+	_, _ = w.Write(body)
+}
+
+// TestFeedNudgesPollers: past the cap, a poller whose poll is an hour
+// away reads its service as soon as the feed sees one of its checks not
+// passing appear, change or leave, or a check of its node change; a
+// nudge that comes while the poller reads ends its next wait at once.
+func TestFeedNudgesPollers(t *testing.T) {
+	stop := make(chan struct{})
+	feed := &fakeChecks{index: 1, changed: make(chan struct{}), blocked: make(chan struct{}, 16)}
+	reads := make(chan string, 16)
+	holdB := make(chan chan struct{}, 1) // a read of b waits on the channel sent here
+	inRead := make(chan struct{}, 1)     // told when a read of b waits
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/health/state/any":
+			feed.serve(w, r, stop)
+			return
+		case r.URL.Path == "/v1/catalog/node-services/n2":
+			_, _ = w.Write([]byte(`{"Node":{"Node":"n2"},"Services":[{"ID":"c1","Service":"c"}]}`))
+			return
+		case !strings.HasPrefix(r.URL.Path, "/v1/health/service/"):
+			http.NotFound(w, r)
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, "/v1/health/service/")
+		if r.URL.Query().Get("index") != "" { // the watched service holds the slot
+			select {
+			case <-stop:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		if name == "b" {
+			select {
+			case h := <-holdB:
+				inRead <- struct{}{}
+				select {
+				case <-h:
+				case <-stop:
+					return
+				}
+			default:
+			}
+		}
+		reads <- name
+		w.Header().Set("X-Consul-Index", "7")
+		_, _ = w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	defer close(stop)
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk, Jitter: func() float64 { return 0.5 }})
+	ctx := t.Context()
+	go c.Run(ctx)
+	go func() { _, _, _ = c.Health(ctx, "a", 5) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Blocking != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a did not take the slot")
+		}
+		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
+	}
+	poll := func(name string) chan error {
+		done := make(chan error, 1)
+		go func() { _, _, err := c.Health(ctx, name, 5); done <- err }()
+		return done
+	}
+	// awaitFeed steps the fake clock past the feed's gap until the feed
+	// blocks on Consul again.
+	awaitFeed := func() {
+		t.Helper()
+		for {
+			select {
+			case <-feed.blocked:
+				return
+			case <-time.After(time.Millisecond):
+				clk.Step(feedGap)
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the feed did not block on Consul")
+			}
+		}
+	}
+	awaitRead := func(name string, done chan error) {
+		t.Helper()
+		select {
+		case got := <-reads:
+			if got != name {
+				t.Fatalf("read %s, want %s", got, name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s not read (stats %+v)", name, c.Stats())
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := poll("b")
+	awaitFeed() // the feed started with the first poll; its first answer is kept, not compared
+	check := func(node, id, svc, status string, modify uint64) *api.HealthCheck {
+		return &api.HealthCheck{Node: node, CheckID: id, ServiceName: svc, Status: status, ModifyIndex: modify}
+	}
+	feed.set(check("n1", "b1", "b", "critical", 10))
+	awaitRead("b", b)
+	awaitFeed()
+
+	// A node check: the services on the node are read.
+	cc := poll("c")
+	for c.Stats().Polling != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("c is not polling")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	feed.set(check("n1", "b1", "b", "critical", 10), check("n2", "serfHealth", "", "critical", 11))
+	awaitRead("c", cc)
+	awaitFeed()
+
+	// b's check passes again (it leaves the answer); b reads, and while
+	// it reads the check turns critical again: b's next poll reads at once.
+	h := make(chan struct{})
+	holdB <- h
+	b = poll("b")
+	feed.set(check("n2", "serfHealth", "", "critical", 11))
+	awaitFeed()
+	select {
+	case <-inRead:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("b not nudged (stats %+v)", c.Stats())
+	}
+	feed.set(check("n2", "serfHealth", "", "critical", 11), check("n1", "b1", "b", "critical", 12))
+	awaitFeed()
+	close(h)
+	awaitRead("b", b)
+	awaitRead("b", poll("b"))
+	if s := c.Stats(); s.Polls != 4 || s.Nudged != 4 {
+		t.Fatalf("stats %+v, want 4 polls, all nudged", s)
+	}
+	feed.mu.Lock()
+	defer feed.mu.Unlock()
+	for _, f := range feed.filters {
+		if f != feedFilter {
+			t.Fatalf("feed query filter %q, want %q", f, feedFilter)
+		}
+	}
+}
