@@ -23,9 +23,9 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	clusterID := fs.String("cluster-id", "", "the cluster whose instances and node to remove (required; never read from FLEETSYNC_CLUSTER_ID)")
 	yes := fs.Bool("yes", false, "do it; without --yes purge only prints what it would do")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
-	toK8s := fs.Bool("to-k8s", false, "remove instead the cluster's Consul -> Kubernetes objects from the Kubernetes cluster of --kubeconfig/--context: every Service and EndpointSlice carrying the id's to-k8s mark (stop the fleetsync running with --to-k8s first, or it makes them again); Consul is not touched")
+	toK8s := fs.Bool("to-k8s", false, "remove instead the cluster's Consul -> Kubernetes objects from the Kubernetes cluster of --kubeconfig/--context: every Service and EndpointSlice carrying the id's to-k8s mark; refused, as without --to-k8s, while a running fleetsync holds the id's claim (read in the Consul of the Consul flags; nothing is written there)")
 	registerKubeFlags(fs, &cfg)
-	waitReleased := fs.Duration("wait-released", 0, "while a running fleetsync holds the id's claim, wait up to this long for it to stop (a Deployment being deleted) instead of refusing at once")
+	waitReleased := fs.Duration("wait-released", 0, "while a running fleetsync holds the id's claim, wait up to this long for it to stop (a Deployment being deleted) instead of refusing at once (with --to-k8s: with --yes only; its dry run lists without waiting)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fleetsync purge --cluster-id=ID [--to-k8s] [--yes] [flags]\n\n"+
 			"Removes from Consul every instance carrying cluster ID's ownership mark, then its node k8s-<ID>\n"+
@@ -34,7 +34,8 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 			"other cluster's, are never touched. Refused while a running fleetsync holds the id's claim.\n"+
 			"With --to-k8s: removes the Kubernetes Services and EndpointSlices that cluster ID's Consul -> Kubernetes\n"+
 			"direction made (carrying its mark), each deleted only as read (UID and resourceVersion preconditions);\n"+
-			"import-mode Services are the user's and stay.\n\nFlags:\n")
+			"import-mode Services are the user's and stay. Refused too while a running fleetsync holds the id's claim\n"+
+			"(it would make them again): the claim is read in Consul, so the Consul flags apply; the dry run still lists.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseSubcommand(fs, &cfg, args, stderr); !ok {
@@ -52,7 +53,7 @@ func runPurge(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := commandContext(*timeout)
 	defer cancel()
 	if *toK8s {
-		return purgeToK8s(ctx, cfg, *clusterID, *yes, stdout, stderr)
+		return purgeToK8s(ctx, cfg, cluster, *yes, *waitReleased, stdout, stderr)
 	}
 	conn, logout, err := openConsul(ctx, cfg, true)
 	if err != nil {

@@ -1,8 +1,6 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -122,32 +120,20 @@ func TestCleanupJobCommand(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(cmdCtx, bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CONSUL_HTTP_ADDR=" + consul.Addr} // the Job's CONSUL_HTTP_ADDR, here
-	stdout, err := cmd.StdoutPipe()
+	purge, err := fixture.StartCommand(cmd)
 	must(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	must(t, cmd.Start())
-	var out strings.Builder
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		out.WriteString(lines.Text() + "\n")
-		if strings.HasPrefix(lines.Text(), "Waiting up to 2m0s for the fleetsync holding cluster id "+x) {
-			break
-		}
-	}
+	purge.WaitLine("Waiting up to 2m0s for the fleetsync holding cluster id " + x)
 	if err := wantNodeEntries(consul, "k8s-"+x, 2); err != nil {
-		t.Fatalf("purge did not wait for the running fleetsync: %v\n%s%s", err, out.String(), stderr.String())
+		t.Fatalf("purge did not wait for the running fleetsync: %v\n%s", err, purge.Output())
 	}
 	must(t, dX.Close()) // the Deployment's pods stop
-	for lines.Scan() {
-		out.WriteString(lines.Text() + "\n")
+	out, err := purge.Wait()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
-	}
-	t.Logf("fleetsync %s:\n%s", strings.Join(args, " "), out.String())
+	t.Logf("fleetsync %s:\n%s", strings.Join(args, " "), out)
 	for _, want := range []string{"Deregistered 2 instances of 1 services", "Deregistered node k8s-" + x, "Removed claim fleetsync/clusters/" + x} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}

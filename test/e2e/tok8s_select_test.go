@@ -115,11 +115,14 @@ func TestToK8sSelect(t *testing.T) {
 }
 
 // operateToK8s checks the operator's view of a running to-k8s fleet
-// (TestToK8sSelect's): /debug/workers?direction=to-k8s and the per-worker
-// metrics; then, the daemon stopped, status --to-k8s lists the mirrored
-// and imported Services and purge --to-k8s (dry run, then --yes) deletes
-// exactly this cluster's marked objects: never the user's import-mode
-// Services, nor another cluster's marked objects.
+// (TestToK8sSelect's): /debug/workers?direction=to-k8s, the per-worker
+// metrics and status --to-k8s, which lists the mirrored and imported
+// Services. purge --to-k8s, while the daemon runs (it holds the cluster
+// id's claim): the dry run lists and says --yes is refused, --yes is
+// refused and deletes nothing, --yes --wait-released waits, deleting
+// nothing, and once the daemon stopped deletes exactly this cluster's
+// marked objects: never the user's import-mode Services, nor another
+// cluster's marked objects.
 func (e *env) operateToK8s(d *fixture.Daemon, mA, mB string) {
 	t := e.t
 	code, body, err := d.Get(e.ctx, "/debug/workers?direction=to-k8s", "text/plain")
@@ -136,14 +139,15 @@ func (e *env) operateToK8s(d *fixture.Daemon, mA, mB string) {
 	other := fixture.Service(e.ns, "other-mirror", nil, map[string]int32{"http": 80})
 	other.Labels = map[string]string{"endpointslice.kubernetes.io/managed-by": "to-k8s.fleetsync.io", "fleetsync.io/cluster": "zz" + e.cluster}
 	must(t, fixture.ApplyService(e.ctx, kube.Client, other))
-	must(t, d.Stop())
 
 	bin, err := fixture.Build()
 	must(t, err)
+	command := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(e.ctx, bin, append(args, "--consul-address="+consul.Addr, "--kubeconfig="+kube.KubeconfigPath)...)
+	}
 	cli := func(args ...string) string {
 		t.Helper()
-		args = append(args, "--consul-address="+consul.Addr, "--kubeconfig="+kube.KubeconfigPath)
-		out, err := exec.CommandContext(e.ctx, bin, args...).CombinedOutput()
+		out, err := command(args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("fleetsync %v: %v\n%s", args, err, out)
 		}
@@ -155,16 +159,32 @@ func (e *env) operateToK8s(d *fixture.Daemon, mA, mB string) {
 			t.Errorf("status --to-k8s lacks %q:\n%s", want, out)
 		}
 	}
-	before := e.k8sWrites()
+	writes := e.k8sWrites()
+	refusal := "refusing: cluster id " + e.cluster + " is claimed by a running fleetsync"
 	out = cli("purge", "--to-k8s", "--cluster-id="+e.cluster)
-	t.Logf("purge --to-k8s:\n%s", out)
-	if !strings.Contains(out, "Would delete 7 Kubernetes objects") || before.Load() != 0 {
-		t.Errorf("dry run: %d writes, output:\n%s", before.Load(), out)
+	t.Logf("purge --to-k8s, the daemon running:\n%s", out)
+	if !strings.Contains(out, "Would delete 7 Kubernetes objects") || !strings.Contains(out, "With --yes now: "+refusal) {
+		t.Errorf("dry run, the daemon running:\n%s", out)
 	}
-	out = cli("purge", "--to-k8s", "--cluster-id="+e.cluster, "--yes")
-	t.Logf("purge --to-k8s --yes:\n%s", out)
-	if !strings.Contains(out, "Deleted 7 of 7 objects.") {
-		t.Errorf("purge --yes:\n%s", out)
+	refused, err := command("purge", "--to-k8s", "--cluster-id="+e.cluster, "--yes").CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "fleetsync purge --to-k8s: "+refusal) {
+		t.Errorf("purge --to-k8s --yes, the daemon running: %v\n%s", err, refused)
+	}
+
+	// --wait-released: waits while the daemon runs, deletes once it stopped.
+	purge, err := fixture.StartCommand(command("purge", "--to-k8s", "--cluster-id="+e.cluster, "--yes", "--wait-released=1m"))
+	must(t, err)
+	if !purge.WaitLine("Waiting up to 1m0s for the fleetsync holding cluster id " + e.cluster) {
+		t.Errorf("purge --to-k8s --yes --wait-released did not wait:\n%s", purge.Output())
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("%d Kubernetes writes while the daemon ran: purge --to-k8s deleted", n)
+	}
+	must(t, d.Stop())
+	out, err = purge.Wait()
+	t.Logf("purge --to-k8s --yes --wait-released:\n%s", out)
+	if err != nil || !strings.Contains(out, "Deleted 7 of 7 objects.") {
+		t.Errorf("purge --to-k8s --yes --wait-released: %v", err)
 	}
 	svcs, err := kube.Client.CoreV1().Services(e.ns).List(e.ctx, metav1.ListOptions{})
 	must(t, err)
