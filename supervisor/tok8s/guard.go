@@ -23,77 +23,101 @@ func Mass(dropped, mirrored int) bool { return dropped >= 2 && 2*dropped > mirro
 func (s *Supervisor) onCatalog(c watch.Catalog, reread bool) {
 	sel := s.selection(c.Names)
 	s.mu.Lock()
-	s.latest, s.filtered = sel, c.FilteredByACLs
+	before := s.waitingLocked()
+	s.latest, s.names, s.filtered = sel, c.Names, c.FilteredByACLs
 	s.mu.Unlock()
-	s.judge(reread)
+	s.judge(reread, before)
 }
 
 // judge selects the latest answer, unless it is a mass drop: then the
-// dropped Services stay selected until a read made once the grace period
-// passed (new names are selected at once), or until an answer drops none
-// of them. An answer Consul filtered for the token (a token that lost
-// service:read) that is a mass drop is held for as long as Consul sends
-// it, with no re-read. Before the gate opens it does nothing: the gate
-// judges the answer in hand.
-func (s *Supervisor) judge(reread bool) {
+// dropped units stay (mirror units selected, import units held) until a
+// read made once the grace period passed (new names are selected at
+// once), or until an answer drops none of them. An answer Consul filtered
+// for the token (a token that lost service:read) that is a mass drop is
+// held for as long as Consul sends it, with no re-read. The units judged
+// are the mirrored Services and the import units of the daemon's own
+// scope that have slices (imports.go, judged); before is waitingLocked
+// before the answer, so that the workers whose view changed look again.
+// Before the gate opens it does nothing: the gate judges the answer in
+// hand.
+func (s *Supervisor) judge(reread bool, before map[owned.Key]bool) {
 	s.mu.Lock()
 	if s.ctx == nil {
 		s.mu.Unlock()
 		return
 	}
-	if !s.opts.Mirror { // import mode alone selects nothing: mirror mode switched off deletes
-		s.mu.Unlock()
-		s.reconcile()
-		return
-	}
 	sel, filtered := s.latest, s.filtered
-	kept := s.dropped(sel)
+	kept := map[owned.Key]source{}
+	mirrored := 0
+	if s.opts.Mirror { // import mode alone selects nothing: mirror mode switched off deletes
+		kept, mirrored = s.dropped(sel), len(s.mirrored())
+	}
+	gone, imported := s.importsDropped()
+	dropped, units := len(kept)+len(gone), mirrored+imported
 	now := s.opts.Clock.Now()
 	grace := s.opts.DeletionGrace
-	mirrored := len(s.mirrored())
-	mass := Mass(len(kept), mirrored)
+	mass := Mass(dropped, units)
 	switch {
-	case len(kept) == 0 || !mass && s.holding.IsZero():
+	case dropped == 0 || !mass && s.holding.IsZero():
 		if !s.holding.IsZero() || s.heldFiltered {
-			s.log.Info("Catalog answer drops no held Service; deletion guard released", "mirrored", mirrored)
+			s.log.Info("Catalog answer drops no held Service; deletion guard released", "mirrored", units)
 		}
-		s.selected, s.holding, s.heldFiltered = sel, time.Time{}, false
+		s.release(sel)
 	case filtered && mass:
 		if !s.heldFiltered {
 			s.heldFiltered = true
 			s.log.Warn("Catalog answer filtered by ACLs drops most mirrored Services; nothing is deleted while the token cannot read them",
-				"dropped", len(kept), "mirrored", mirrored)
+				"dropped", dropped, "mirrored", units, "imports", len(gone))
 		}
-		s.hold(sel, kept)
+		s.hold(sel, kept, gone)
 	case s.holding.IsZero():
 		s.holding = now
 		s.log.Warn("Catalog answer drops most mirrored Services; holding them, reading again after the grace period",
-			"dropped", len(kept), "mirrored", mirrored, "grace", grace)
-		s.hold(sel, kept)
+			"dropped", dropped, "mirrored", units, "imports", len(gone), "grace", grace)
+		s.hold(sel, kept, gone)
 		s.arm(grace)
 	case reread && now.Sub(s.holding) >= grace:
-		s.log.Warn("Catalog read after the grace period still drops mirrored Services; deleting them", "dropped", len(kept), "mirrored", mirrored)
-		s.selected, s.holding, s.heldFiltered = sel, time.Time{}, false
+		s.log.Warn("Catalog read after the grace period still drops mirrored Services; deleting them", "dropped", dropped, "mirrored", units)
+		s.release(sel)
 	default:
-		s.hold(sel, kept)
+		s.hold(sel, kept, gone)
 		if reread {
 			s.arm(grace - now.Sub(s.holding))
 		}
 	}
+	var look []owned.Key
+	for k, w := range s.waitingLocked() {
+		if before[k] != w {
+			look = append(look, k)
+		}
+	}
 	s.mu.Unlock()
+	for _, k := range look {
+		s.changed(k)
+	}
 	s.reconcile()
 }
 
-// hold selects sel and the dropped units kept; s.mu is held.
-func (s *Supervisor) hold(sel, kept map[owned.Key]source) {
+// release selects sel and holds nothing; s.mu is held.
+func (s *Supervisor) release(sel map[owned.Key]source) {
+	s.selected, s.held, s.holding, s.heldFiltered = sel, map[owned.Key]bool{}, time.Time{}, false
+}
+
+// hold selects sel and the dropped mirror units kept, and holds them and
+// the dropped import units gone; s.mu is held.
+func (s *Supervisor) hold(sel, kept map[owned.Key]source, gone map[owned.Key]bool) {
 	next := make(map[owned.Key]source, len(sel)+len(kept))
+	held := make(map[owned.Key]bool, len(kept)+len(gone))
 	for k, v := range sel {
 		next[k] = v
 	}
 	for k, v := range kept {
-		next[k] = v
+		next[k], held[k] = v, true
 	}
-	s.selected = next
+	for k := range gone {
+		held[k] = true
+	}
+	s.selected, s.held = next, held
 }
 
 // mirrored is every Service of mirror mode that is fleetsync's now, with

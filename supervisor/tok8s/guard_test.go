@@ -60,26 +60,38 @@ func newGuardedShards(t *testing.T, shards *Shards) *guarded {
 		mark.Stamp(svc)
 		objs = append(objs, svc)
 	}
+	return guardOver(t, objs, Options{Mirror: true, Namespace: "m", Shards: shards, Config: wtok8s.Config{Mark: mark}})
+}
+
+// guardOver runs opts's supervisor past its gate over a fake API server
+// holding objs: its workers parked (their health reads block, the gate
+// stays closed for them), its guard on a fake clock, and a catalog whose
+// re-read answers cur.
+func guardOver(t *testing.T, objs []runtime.Object, opts Options) *guarded {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cache := owned.New(fake.NewClientset(objs...), mark.Selector(), "")
+	cache := owned.New(fake.NewClientset(objs...), opts.Config.Mark.Selector(), "")
 	cache.Start(ctx)
 	if !cache.WaitForSync(ctx) {
 		t.Fatal("cache did not sync")
 	}
 	g := &guarded{clk: clocktesting.NewFakeClock(time.Unix(0, 0))}
-	health := func(ctx context.Context, _ string, _ watch.Query, _ uint64) (watch.Instances, uint64, error) {
+	opts.Owned, opts.Clock, opts.DeletionGrace = cache, g.clk, testGrace
+	opts.Health = func(ctx context.Context, _ string, _ watch.Query, _ uint64) (watch.Instances, uint64, error) {
 		<-ctx.Done()
 		return watch.Instances{}, 0, ctx.Err()
 	}
-	g.s = New(Options{Mirror: true, Namespace: "m", Owned: cache, Health: health, Clock: g.clk, DeletionGrace: testGrace, Shards: shards,
-		Config: wtok8s.Config{Mark: mark},
-		Catalog: func(context.Context, uint64) (watch.Catalog, uint64, error) {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			return g.cur, 1, nil
-		}})
+	opts.Catalog = func(context.Context, uint64) (watch.Catalog, uint64, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.cur, 1, nil
+	}
+	g.s = New(opts)
+	if !g.s.loadImports(ctx) {
+		t.Fatal("imports not loaded")
+	}
 	g.s.ctx = ctx
-	shards.attach(g.s)
+	opts.Shards.attach(g.s)
 	done := make(chan struct{})
 	go func() { defer close(done); g.s.guardLoop(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; g.s.wg.Wait(); cache.Wait() })

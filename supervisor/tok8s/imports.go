@@ -185,8 +185,64 @@ func (s *Supervisor) importLookup(k owned.Key) (wtok8s.Unit, *corev1.Service, bo
 	if !ok {
 		return wtok8s.Unit{}, nil, false, false
 	}
-	unit := wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: u.src.consul, PortName: u.port}
+	unit := wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: u.src.consul, PortName: u.port, CatalogDecides: s.waitsLocked(k)}
 	return unit, u.obj, u.problem == "", true
+}
+
+// The deletion guard judges an import unit like a mirrored Service when
+// it reads the daemon's own scope (no datacenter, namespace or partition
+// annotation): the catalog the supervisor watches is that scope's. A unit
+// that names another datacenter, namespace or partition is not judged: the
+// catalog watched says nothing of it, and an empty health answer empties
+// its slices.
+
+// ownScope reports whether the guard judges import unit u.
+func ownScope(u importUnit) bool {
+	q := u.src.query
+	return u.problem == "" && q.Datacenter == "" && q.Namespace == "" && q.Partition == ""
+}
+
+// importsDropped is the import units of the daemon's scope that have
+// slices and whose Consul name the latest catalog answer lacks (gone), and
+// how many such units have slices (imported); s.mu is held.
+func (s *Supervisor) importsDropped() (gone map[owned.Key]bool, imported int) {
+	gone = map[owned.Key]bool{}
+	for k, u := range s.imports {
+		if !ownScope(u) || len(s.opts.Owned.Slices(k.Namespace, k.Name)) == 0 {
+			continue
+		}
+		imported++
+		if _, ok := s.names[u.src.consul]; !ok {
+			gone[k] = true
+		}
+	}
+	return gone, imported
+}
+
+// waitsLocked reports whether import unit k leaves an empty health answer
+// to the catalog (wtok8s.Unit.CatalogDecides): the guard holds it, or it
+// reads the daemon's scope with neither tag nor filter (whose empty answer
+// can be the instances narrowed out while the name stays) and the latest
+// catalog answer lists its name; s.mu is held.
+func (s *Supervisor) waitsLocked(k owned.Key) bool {
+	u, ok := s.imports[k]
+	if !ok {
+		return false
+	}
+	if s.held[k] {
+		return true
+	}
+	_, listed := s.names[u.src.consul]
+	return ownScope(u) && u.src.query.Tag == "" && u.src.query.Filter == "" && listed
+}
+
+// waitingLocked is waitsLocked of every import unit; s.mu is held.
+func (s *Supervisor) waitingLocked() map[owned.Key]bool {
+	out := make(map[owned.Key]bool, len(s.imports))
+	for k := range s.imports {
+		out[k] = s.waitsLocked(k)
+	}
+	return out
 }
 
 // feed is the health read and the configuration of a worker fed by src:

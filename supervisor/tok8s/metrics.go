@@ -93,8 +93,12 @@ func (s *Supervisor) observe(st wtok8s.Status, writes int, err error) {
 func (s *Supervisor) Workers() []wtok8s.Status {
 	s.mu.Lock()
 	out := make([]wtok8s.Status, 0, len(s.workers))
-	for _, r := range s.workers {
-		out = append(out, r.w.Status()) // a worker never waits for s.mu under its own locks
+	for k, r := range s.workers {
+		st := r.w.Status() // a worker never waits for s.mu under its own locks
+		if st.Held == "" && s.held[k] {
+			st.Held = wtok8s.HeldCatalogDrop
+		}
+		out = append(out, st)
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b wtok8s.Status) int {

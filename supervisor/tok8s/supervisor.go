@@ -76,7 +76,9 @@ type Supervisor struct {
 
 	// The deletion guard (guard.go).
 	latest       map[owned.Key]source // the latest catalog answer's selection
+	names        map[string][]string  // the latest catalog answer's names
 	filtered     bool                 // the latest answer was filtered by ACLs
+	held         map[owned.Key]bool   // the units the guard holds: dropped mirror units kept, dropped import units
 	holding      time.Time            // when the held mass drop began; zero: none held
 	heldFiltered bool                 // the hold of a filtered answer was logged
 	recheck      chan time.Duration   // the guard's next read, 1-buffered
@@ -99,7 +101,7 @@ func New(opts Options) *Supervisor {
 		opts.DeletionGrace = DefaultDeletionGrace
 	}
 	s := &Supervisor{opts: opts, log: opts.Log, gate: make(chan struct{}), known: make(chan struct{}), recheck: make(chan time.Duration, 1),
-		selected: map[owned.Key]source{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
+		selected: map[owned.Key]source{}, held: map[owned.Key]bool{}, imports: map[owned.Key]importUnit{}, workers: map[owned.Key]*running{}}
 	if opts.Metrics != nil {
 		opts.Metrics.sup.Store(s)
 	}
@@ -118,15 +120,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.opts.Owned.Wait()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if !s.opts.Mirror {
-		close(s.known) // import mode alone watches no catalog
-	}
+	// Both modes watch the catalog: mirror mode selects from it, and the
+	// deletion guard judges import units by it too.
 	wg.Add(1)
 	go func() {
-		if !s.opts.Mirror {
-			wg.Done()
-			return
-		}
 		defer wg.Done()
 		first := true
 		watch.Loop(ctx, watch.Fetch[watch.Catalog](s.opts.Catalog), func(c watch.Catalog) {
@@ -141,10 +138,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		}})
 	}()
-	if s.opts.Mirror {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.guardLoop(ctx) }()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.guardLoop(ctx) }()
 	if !s.opts.Owned.WaitForSync(ctx) || !s.loadImports(ctx) {
 		return nil
 	}
@@ -157,7 +152,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.ctx = ctx
 	s.mu.Unlock()
 	close(s.gate)
-	s.judge(false) // the answer in hand, against the objects as they are
+	s.judge(false, nil) // the answer in hand, against the objects as they are
 	s.log.Info("Consul -> Kubernetes bootstrapped", "units", len(s.units()))
 	<-ctx.Done()
 	s.wg.Wait()
@@ -216,7 +211,8 @@ func (s *Supervisor) unitLocked(k owned.Key) (wtok8s.Unit, *corev1.Service, bool
 		return u, obj, ok
 	}
 	src, ok := s.selected[k]
-	return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: src.consul, Mirror: s.opts.Mirror, PortName: wtok8s.PortName}, nil, ok
+	return wtok8s.Unit{Namespace: k.Namespace, Name: k.Name, ConsulName: src.consul, Mirror: s.opts.Mirror, PortName: wtok8s.PortName,
+		CatalogDecides: s.held[k]}, nil, ok
 }
 
 // changed routes a marked object's change to its unit's worker, or starts

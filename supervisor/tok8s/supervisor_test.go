@@ -24,6 +24,17 @@ import (
 	wtok8s "github.com/fleetsync/fleetsync/worker/tok8s"
 )
 
+// blockingCatalog answers names at once, then blocks until ctx is done.
+func blockingCatalog(names ...string) Catalog {
+	return func(ctx context.Context, index uint64) (watch.Catalog, uint64, error) {
+		if index > 0 {
+			<-ctx.Done()
+			return watch.Catalog{}, 0, ctx.Err()
+		}
+		return catalog(names...), 1, nil
+	}
+}
+
 // fakeImports is a fixed set of Services (import mode's source).
 type fakeImports map[k8s.Key]*k8s.Service
 
@@ -97,7 +108,7 @@ func TestSupervisorImportMetrics(t *testing.T) {
 	wrote := make(chan int, 10)
 	sup := New(Options{
 		Config: wtok8s.Config{Mark: mark}, Health: health, Owned: owned.New(kube, mark.Selector(), ""), Writer: writer,
-		Imports: fakeImports{good.Key: good, bad.Key: bad}, Metrics: m,
+		Imports: fakeImports{good.Key: good, bad.Key: bad}, Metrics: m, Catalog: blockingCatalog("postgres"),
 		Observe: func(n int, err error) {
 			if err != nil {
 				t.Errorf("flush: %v", err)

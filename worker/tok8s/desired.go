@@ -67,10 +67,12 @@ type Unit struct {
 	ConsulName      string
 	Mirror          bool   // fleetsync owns the Service too
 	PortName        string // the slices' port name (import mode: the Service's)
-	// Held: the supervisor's deletion guard holds the unit (its Consul
-	// name is missing from a catalog answer that dropped most units): an
-	// empty health answer changes nothing.
-	Held bool
+	// CatalogDecides: an empty health answer changes nothing, the
+	// catalog decides: the unit's Consul name is still listed (the answer
+	// that drops it is on its way), or the supervisor's deletion guard
+	// holds the unit (its name is missing from a catalog answer that
+	// dropped most units).
+	CatalogDecides bool
 }
 
 // Keep reports why e is left out ("" to keep it).

@@ -41,7 +41,7 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 	if !known {
 		return 0, false, nil // nothing before the first health answer
 	}
-	if len(entries) == 0 && (u.Held || u.Mirror && !w.opts.Config.EmptyIsAnswer) {
+	if len(entries) == 0 && (u.CatalogDecides || u.Mirror && !w.opts.Config.EmptyIsAnswer) {
 		// Consul's catalog lists the name but it has no instance: the
 		// catalog's answer that drops the name is on its way, or Consul
 		// restarted empty, or the token cannot read the instances. Deleting

@@ -136,3 +136,32 @@ func TestStreamedAnswerIsConfirmed(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyAnswerWaitsForTheCatalog: an import unit whose Consul name the
+// catalog still lists, or that the deletion guard holds
+// (Unit.CatalogDecides), keeps its slices on an empty health answer; once
+// the catalog lets the name go, the empty answer is applied.
+func TestEmptyAnswerWaitsForTheCatalog(t *testing.T) {
+	f := newFake()
+	target := &corev1.Service{}
+	target.Name, target.Namespace, target.UID = "web", "ns", "uid"
+	u := Unit{Namespace: "ns", Name: "web", ConsulName: "web", PortName: "http", CatalogDecides: true}
+	var mu sync.Mutex
+	w := New(Options{Unit: u, Config: testConfig(t), Owned: f, Writer: f,
+		Lookup: func() (Unit, *corev1.Service, bool) { mu.Lock(); defer mu.Unlock(); return u, target, true }})
+	ctx := context.Background()
+	w.deliver(watch.Instances{Entries: []watch.Entry{vm("a", "10.0.0.1", 80, "passing")}})
+	if _, _, err := w.flush(ctx); err != nil || f.view() != "web-4-80-0: 10.0.0.1=true" {
+		t.Fatalf("first flush: %q, %v", f.view(), err)
+	}
+	w.deliver(watch.Instances{})
+	if n, _, err := w.flush(ctx); err != nil || n != 0 || f.view() != "web-4-80-0: 10.0.0.1=true" {
+		t.Fatalf("empty answer while the catalog decides: %d writes, %q, %v", n, f.view(), err)
+	}
+	mu.Lock()
+	u.CatalogDecides = false
+	mu.Unlock()
+	if n, _, err := w.flush(ctx); err != nil || n != 1 || f.view() != "" {
+		t.Fatalf("empty answer once the catalog let the name go: %d writes, %q, %v", n, f.view(), err)
+	}
+}

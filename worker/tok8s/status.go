@@ -32,7 +32,7 @@ const (
 	// ACLs and drop endpoints mirrored now (hold.go).
 	HeldFilteredByACLs = "filtered-by-acls"
 	// HeldCatalogDrop: the supervisor's deletion guard holds the unit: a
-	// catalog answer dropped most units at once (Unit.Held).
+	// catalog answer dropped most units at once.
 	HeldCatalogDrop = "catalog-drop"
 )
 
