@@ -94,6 +94,9 @@ func (b *bench) toK8s() error {
 	if err := b.tok8sLatency(w, n); err != nil {
 		return err
 	}
+	if err := b.tok8sAddLatency(w, n, m); err != nil {
+		return err
+	}
 	if err := b.tok8sFlips(w); err != nil {
 		return err
 	}
