@@ -11,9 +11,15 @@ import (
 // feedFilter keeps the feed's answers small: only the checks not passing.
 const feedFilter = `Status != "passing"`
 
-// feedGap is the least time between two reads of the feed: a datacenter
-// whose checks change all the time costs at most 1/feedGap reads a second.
-const feedGap = 50 * time.Millisecond
+// The least time between the starts of two reads of the feed is feedGap,
+// and feedPerCheck per check in the last answer: a datacenter whose checks
+// change all the time costs at most 20 reads a second, and one with many
+// checks not passing (an outage) answers that long at most every
+// 200 ms per 10,000 checks.
+const (
+	feedGap      = 50 * time.Millisecond
+	feedPerCheck = 20 * time.Microsecond
+)
 
 // Run is the change feed of the polled services; it returns when ctx ends
 // (at once without MaxWatches). It starts with the first poll and holds one
@@ -60,7 +66,7 @@ type feed struct {
 
 func (f *feed) fetch(ctx context.Context, index uint64) ([]*api.HealthCheck, uint64, error) {
 	clk := f.c.slots.clock
-	if gap := feedGap - clk.Since(f.start); !f.start.IsZero() && gap > 0 {
+	if gap := max(feedGap, time.Duration(len(f.last))*feedPerCheck) - clk.Since(f.start); !f.start.IsZero() && gap > 0 {
 		t := clk.NewTimer(gap)
 		select {
 		case <-ctx.Done():

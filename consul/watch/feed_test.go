@@ -207,3 +207,54 @@ func TestFeedNudgesPollers(t *testing.T) {
 		}
 	}
 }
+
+// TestFeedSpacesLongAnswers: after an answer of 10,000 checks the feed
+// reads again only 200 ms later (feedPerCheck), not after feedGap.
+func TestFeedSpacesLongAnswers(t *testing.T) {
+	stop := make(chan struct{})
+	feed := &fakeChecks{index: 1, changed: make(chan struct{}), blocked: make(chan struct{}, 16)}
+	var many []*api.HealthCheck
+	for i := range 10000 {
+		many = append(many, &api.HealthCheck{Node: "n", CheckID: strconv.Itoa(i), ServiceName: "s", Status: "critical", ModifyIndex: 2})
+	}
+	feed.set(many...)
+	reads := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health/state/any" {
+			http.NotFound(w, r)
+			return
+		}
+		reads <- struct{}{}
+		feed.serve(w, r, stop)
+	}))
+	defer srv.Close()
+	defer close(stop)
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk})
+	c.slots.start.Do(func() { close(c.slots.started) }) // as the first poll does
+	go c.Run(t.Context())
+	<-reads // the first read, at once
+	deadline := time.Now().Add(10 * time.Second)
+	for !clk.HasWaiters() { // the gap's timer is the event; the fake clock has no channel for it
+		if time.Now().After(deadline) {
+			t.Fatal("the feed did not wait before its second read")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(feedGap)
+	select {
+	case <-reads:
+		t.Fatal("read again after feedGap, want 200 ms after an answer of 10,000 checks")
+	case <-time.After(100 * time.Millisecond): // a read that is not to come has no event; this is the bound of the wait for it
+	}
+	clk.Step(200*time.Millisecond - feedGap)
+	select {
+	case <-reads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read 200 ms after the answer")
+	}
+}
