@@ -3,6 +3,7 @@ package deploy
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -54,12 +55,15 @@ toK8s:
 // wantMirrorRules and wantImportRules are the least the two modes need
 // beyond the ClusterRole: mirror mode writes Services and slices in the
 // write namespace; import mode writes slices anywhere and only reads
-// Services. No patch, no deletecollection, no get.
+// Services. No patch, no deletecollection, no get (but of Services in the
+// write namespace when consul-k8s's are adopted).
 var (
 	wantMirrorRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 	}
+	// wantAdoptRule is the mirror Role's with adoptConsulK8s.
+	wantAdoptRule   = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}}
 	wantImportRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
@@ -114,7 +118,11 @@ func TestHelmTemplateToK8s(t *testing.T) {
 				t.Fatalf("mirror Role and RoleBinding rendered %t, want %t (%v)", got, tc.mirror, o.kinds())
 			}
 			if tc.mirror {
-				if fmt.Sprint(role.Rules) != fmt.Sprint(wantMirrorRules) || role.Namespace != writeNS || rb.Namespace != writeNS ||
+				want := wantMirrorRules
+				if tc.adopt {
+					want = append(slices.Clone(want), wantAdoptRule)
+				}
+				if fmt.Sprint(role.Rules) != fmt.Sprint(want) || role.Namespace != writeNS || rb.Namespace != writeNS ||
 					rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != ns {
 					t.Errorf("mirror Role %s/%s rules %v, binding %s %+v %+v", role.Namespace, role.Name, role.Rules, rb.Namespace, rb.RoleRef, rb.Subjects)
 				}
@@ -166,11 +174,12 @@ func TestHelmTemplateToK8s(t *testing.T) {
 }
 
 // TestChartToK8sRBACIsSufficient installs the RBAC of a chart with both
-// modes on in the real API server and runs fleetsync with the
-// ServiceAccount's token alone: a Consul service is mirrored into the
-// write namespace and an import-mode Service in another namespace gets its
-// slices, and nothing was forbidden. The access reviews show the writes
-// stay where each mode needs them.
+// modes on and consul-k8s's objects adopted in the real API server and
+// runs fleetsync with the ServiceAccount's token alone: a Consul service
+// is mirrored into the write namespace, consul-k8s's ExternalName Service
+// of another is adopted and converted, an import-mode Service in another
+// namespace gets its slices, and nothing was forbidden. The access reviews
+// show the writes stay where each mode needs them.
 func TestChartToK8sRBACIsSufficient(t *testing.T) {
 	needStack(t)
 	consul := stack.ConsulT(t)
@@ -179,7 +188,9 @@ func TestChartToK8sRBACIsSufficient(t *testing.T) {
 	for _, n := range []string{ns, writeNS, appNS} {
 		createNamespace(t, n)
 	}
-	o := toK8sValues(true, true, writeNS).render(t, rel, ns)
+	p := toK8sValues(true, true, writeNS)
+	p.values += adoptValues
+	o := p.render(t, rel, ns)
 	var acc corev1.ServiceAccount
 	o.one(t, "ServiceAccount", &acc)
 	sa := acc.Name
@@ -206,6 +217,8 @@ func TestChartToK8sRBACIsSufficient(t *testing.T) {
 		{"deletecollection", "discovery.k8s.io", "endpointslices", appNS, false},
 		{"deletecollection", "", "services", writeNS, false},
 		{"get", "", "secrets", writeNS, false},
+		{"get", "", "services", writeNS, true}, // adoptConsulK8s reads consul-k8s's Service by name
+		{"get", "", "services", appNS, false},
 	} {
 		r, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
 			Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
@@ -225,9 +238,19 @@ func TestChartToK8sRBACIsSufficient(t *testing.T) {
 		_, _ = consul.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: cluster + "-vm"}, nil)
 	})
 	must(t, fixture.ApplyService(ctx, c, fixture.Service(appNS, "db", map[string]string{"fleetsync.io/consul-service": name}, map[string]int32{"pg": 5432})))
+	// consul-k8s's object of a mirrored name (its catalog sync's sink.go).
+	web := cluster + "-web"
+	_, err = consul.Client.Catalog().Register(&consulapi.CatalogRegistration{Node: cluster + "-vm", Address: "10.90.0.1",
+		Service: &consulapi.AgentService{ID: "web1", Service: web, Port: 80}}, nil)
+	must(t, err)
+	theirs, err := c.CoreV1().Services(writeNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: writeNS, Name: web,
+		Labels: map[string]string{"consul": "true"}, Annotations: map[string]string{"consul.hashicorp.com/service-sync": "false"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: web + ".service.corp.consul"}}, metav1.CreateOptions{})
+	must(t, err)
 	d, err := fixture.StartDaemon(ctx, fixture.DaemonConfig{ClusterID: cluster, Kubeconfig: saKubeconfig(t, ns, sa), ConsulAddr: consul.Addr,
 		Namespaces: []string{appNS}, Name: "fleetsync-tok8s-rbac",
-		Args: []string{"--to-k8s", "--to-k8s-import", "--k8s-write-namespace=" + writeNS, "--to-k8s-allow=" + name}})
+		Args: []string{"--to-k8s", "--to-k8s-import", "--k8s-write-namespace=" + writeNS, "--to-k8s-allow=" + name + "," + web,
+			"--to-k8s-adopt-consul-k8s", "--consul-domain=corp.consul"}})
 	must(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -246,6 +269,16 @@ func TestChartToK8sRBACIsSufficient(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the mirrored Service's slice", slicesOf(writeNS, name))
 	eventually(t, 30*time.Second, "the import-mode Service's slice", slicesOf(appNS, "db"))
+	// Adopted (the mark on), then converted to a ClusterIP Service (a new
+	// UID) with a slice.
+	eventually(t, 30*time.Second, "consul-k8s's Service adopted and converted", func() error {
+		s, err := c.CoreV1().Services(writeNS).Get(ctx, web, metav1.GetOptions{})
+		if err == nil && (s.Labels["fleetsync.io/cluster"] != cluster || s.Spec.Type != corev1.ServiceTypeClusterIP || s.UID == theirs.UID) {
+			err = fmt.Errorf("%s/%s: labels %v, type %s, uid %s (consul-k8s's: %s)", writeNS, web, s.Labels, s.Spec.Type, s.UID, theirs.UID)
+		}
+		return err
+	})
+	eventually(t, 30*time.Second, "the adopted Service's slice", slicesOf(writeNS, web))
 	if _, err := c.CoreV1().Services(writeNS).Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Errorf("mirrored Service: %v", err)
 	}
@@ -295,7 +328,7 @@ func TestKustomizeToK8s(t *testing.T) {
 		settings = append(settings, k+"="+v)
 	}
 	if cm.Data["FLEETSYNC_TO_K8S"] != "true" || cm.Data["FLEETSYNC_TO_K8S_IMPORT"] != "true" ||
-		cm.Data["FLEETSYNC_CONSUL_DOMAIN"] != "consul" || cm.Data["FLEETSYNC_TO_K8S_ADOPT_CONSUL_K8S"] != "false" {
+		cm.Data["FLEETSYNC_CONSUL_DOMAIN"] != "consul" || cm.Data["FLEETSYNC_TO_K8S_ADOPT_CONSUL_K8S"] != "" {
 		t.Errorf("settings %v", cm.Data)
 	}
 	if r := runCmdEnv(t, settings, bin, "--version"); r.code != 0 {
@@ -307,5 +340,44 @@ func TestKustomizeToK8s(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("kubectl apply -k output lacks %s:\n%s", w, out)
 		}
+	}
+}
+
+// TestKustomizeToK8sAdopt: the Component to-k8s-adopt-consul-k8s on the
+// example-to-k8s overlay turns the adoption on and adds to the mirror Role
+// exactly the chart's get of Services (adoptConsulK8s), which
+// TestChartToK8sRBACIsSufficient shows the adoption needs; the API server
+// accepts it (server-side dry run).
+func TestKustomizeToK8sAdopt(t *testing.T) {
+	needStack(t)
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, kustomizeDir)
+	must(t, err)
+	// kustomize refuses absolute paths of resources and components.
+	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %[1]s/example-to-k8s
+components:
+  - %[1]s/components/to-k8s-adopt-consul-k8s
+`, filepath.ToSlash(rel))), 0o600))
+	overlay, err := filepath.Rel(kustomizeDir, dir)
+	must(t, err)
+	o := kustomize(t, overlay)
+	var role rbacv1.Role
+	var cm corev1.ConfigMap
+	if !o.named(t, "Role", "fleetsync-to-k8s", &role) {
+		t.Fatalf("objects %v", o.kinds())
+	}
+	o.one(t, "ConfigMap", &cm)
+	if want := append(slices.Clone(wantMirrorRules), wantAdoptRule); fmt.Sprint(role.Rules) != fmt.Sprint(want) {
+		t.Errorf("mirror Role rules %v, want %v", role.Rules, want)
+	}
+	if cm.Data["FLEETSYNC_TO_K8S_ADOPT_CONSUL_K8S"] != "true" || cm.Data["FLEETSYNC_TO_K8S"] != "true" {
+		t.Errorf("settings %v", cm.Data)
+	}
+	createNamespace(t, "fleetsync")
+	if out := kubectl(t, "apply", "--dry-run=server", "-k", dir); !strings.Contains(out, "role.rbac.authorization.k8s.io/fleetsync-to-k8s") {
+		t.Errorf("kubectl apply -k output lacks the Role:\n%s", out)
 	}
 }
