@@ -9,7 +9,9 @@
 // the answer in hand is delivered and the next query starts from 0 (from 1
 // for a 0, so that it blocks). Errors are retried with backoff, the
 // next query from 0 (a restarted server's index is lower than the one
-// held); no error ends a Loop, only its context.
+// held); no error ends a Loop, only its context. A read Consul does not
+// answer ends at Options.ReadTimeout (past Wait for a blocking one), an
+// error like any other.
 //
 // Reads may be served by any server (stale) to spread the load; an answer
 // whose server lost contact with the leader for longer than

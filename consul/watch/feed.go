@@ -78,10 +78,10 @@ func (f *feed) fetch(ctx context.Context, index uint64) ([]*api.HealthCheck, uin
 	f.start = clk.Now()
 	stale := f.c.opts.MaxStale > 0
 	for {
-		q := f.c.query(ctx, index, stale)
+		q, done := f.c.query(ctx, index, stale)
 		q.Filter = feedFilter
 		checks, meta, err := f.c.api.Health().State(api.HealthAny, q)
-		if err != nil {
+		if err = done(err); err != nil {
 			return nil, 0, fmt.Errorf("consul checks not passing: %w", err)
 		}
 		if stale && f.c.tooStale(meta) {
@@ -139,9 +139,9 @@ func (f *feed) deliver(ctx context.Context, checks []*api.HealthCheck) {
 
 // servicesOn adds the names of node's services to into.
 func (f *feed) servicesOn(ctx context.Context, node string, into map[string]struct{}) error {
-	q := f.c.query(ctx, 0, f.c.opts.MaxStale > 0)
+	q, done := f.c.query(ctx, 0, f.c.opts.MaxStale > 0)
 	l, _, err := f.c.api.Catalog().NodeServiceList(node, q)
-	if err != nil {
+	if err = done(err); err != nil {
 		return fmt.Errorf("consul services of node %q: %w", node, err)
 	}
 	if l == nil {

@@ -56,8 +56,8 @@ func ValidateFilter(expr string) error {
 	return nil
 }
 
-func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query) *api.QueryOptions {
-	o := c.query(ctx, index, stale)
+func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query) (*api.QueryOptions, func(error) error) {
+	o, done := c.query(ctx, index, stale)
 	if q.Datacenter != "" {
 		o.Datacenter = q.Datacenter
 	}
@@ -68,7 +68,7 @@ func (c *Client) queryOf(ctx context.Context, index uint64, stale bool, q Query)
 		o.Partition = q.Partition
 	}
 	o.Filter = q.Filter
-	return o
+	return o, done
 }
 
 // ownScope reports whether q reads the Client's own datacenter, namespace
@@ -103,8 +103,9 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 	}
 	stale := c.opts.MaxStale > 0
 	for {
-		raw, meta, err := c.api.Health().Service(name, q.Tag, false, c.queryOf(ctx, index, stale, q))
-		if err != nil {
+		o, done := c.queryOf(ctx, index, stale, q)
+		raw, meta, err := c.api.Health().Service(name, q.Tag, false, o)
+		if err = done(err); err != nil {
 			return Instances{}, 0, fmt.Errorf("consul health of service %q: %w", name, err)
 		}
 		if stale && c.tooStale(meta) {

@@ -30,7 +30,11 @@ type Options struct {
 	// FeedError, when set, is told every failed read of the change feed
 	// (see Client.Run).
 	FeedError func(err error, failures int)
-	Clock     clock.Clock // default: real
+	// ReadTimeout ends a read Consul does not answer (default 10s, a
+	// deadline on the read's context); a blocking query has Wait and
+	// Consul's jitter (Wait/16) on top.
+	ReadTimeout time.Duration
+	Clock       clock.Clock // default: real
 	// Jitter spreads the polls (default math/rand/v2.Float64; tests
 	// inject a fixed value).
 	Jitter func() float64
@@ -51,6 +55,9 @@ func New(c *api.Client, opts Options) *Client {
 	}
 	if opts.MaxStale == 0 {
 		opts.MaxStale = 5 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 10 * time.Second
 	}
 	cl := &Client{api: c, opts: opts}
 	if opts.MaxWatches > 0 {
@@ -105,10 +112,28 @@ const (
 	StatusMaintenance = "maintenance"
 )
 
-func (c *Client) query(ctx context.Context, index uint64, stale bool) *api.QueryOptions {
-	q := &api.QueryOptions{WaitIndex: index, WaitTime: c.opts.Wait, AllowStale: stale,
+// query returns the options of one read and done, which must be called
+// with the read's error once it returned: a read that Consul does not
+// answer within ReadTimeout (plus Wait and Consul's jitter, Wait/16, for a
+// blocking one) is ended, and done names that in its error. Reads past
+// the cap share a few connections (see slots): one that hung would hold
+// one of them for as long as the connection lives.
+func (c *Client) query(ctx context.Context, index uint64, stale bool) (q *api.QueryOptions, done func(error) error) {
+	limit := c.opts.ReadTimeout
+	if index > 0 {
+		limit += c.opts.Wait + c.opts.Wait/16
+	}
+	timedOut := fmt.Errorf("no answer within %s", limit)
+	rctx, cancel := context.WithTimeoutCause(ctx, limit, timedOut)
+	q = &api.QueryOptions{WaitIndex: index, WaitTime: c.opts.Wait, AllowStale: stale,
 		Datacenter: c.opts.Datacenter, Namespace: c.opts.Namespace, Partition: c.opts.Partition}
-	return q.WithContext(ctx)
+	return q.WithContext(rctx), func(err error) error {
+		defer cancel()
+		if err != nil && ctx.Err() == nil && context.Cause(rctx) == timedOut {
+			return fmt.Errorf("%w: %w", timedOut, err)
+		}
+		return err
+	}
 }
 
 // tooStale reports whether an answer must be asked again of the leader.
@@ -129,8 +154,9 @@ type Catalog struct {
 func (c *Client) Services(ctx context.Context, index uint64) (Catalog, uint64, error) {
 	stale := c.opts.MaxStale > 0
 	for {
-		m, meta, err := c.api.Catalog().Services(c.query(ctx, index, stale))
-		if err != nil {
+		q, done := c.query(ctx, index, stale)
+		m, meta, err := c.api.Catalog().Services(q)
+		if err = done(err); err != nil {
 			return Catalog{}, 0, fmt.Errorf("consul catalog services: %w", err)
 		}
 		if stale && c.tooStale(meta) {
