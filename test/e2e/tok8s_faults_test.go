@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,12 +20,7 @@ import (
 // client, with one check in status.
 func vmOn(t *testing.T, client *consulapi.Client, node, addr, name string, port int, status string) {
 	t.Helper()
-	_, err := client.Catalog().Register(&consulapi.CatalogRegistration{
-		Node: node, Address: addr, SkipNodeUpdate: true,
-		Service: &consulapi.AgentService{ID: name + "-1", Service: name, Port: port},
-		Checks:  consulapi.HealthChecks{{Node: node, CheckID: "check-" + name, Name: "check", Status: status, ServiceID: name + "-1"}},
-	}, nil)
-	must(t, err)
+	instanceOn(t, client, node, addr, name, name+"-1", port, status)
 }
 
 // marked is every to-k8s object of e.ns: "kind/name" -> "uid/resourceVersion".
@@ -69,8 +65,18 @@ func (e *env) changedSince(before map[string]string) []string {
 // names[i] is mirrored with its one instance at fmt.Sprintf(addr, i+1):port.
 func (e *env) mirrorOn(own *stack.Consul, addr string, port int, names []string, args ...string) *fixture.Daemon {
 	e.t.Helper()
+	d := e.daemonOn(own, append([]string{"--to-k8s", "--k8s-write-namespace=" + e.ns}, args...)...)
+	for i, n := range names {
+		e.waitSlices(n, fmt.Sprintf("%s-4-%d-0[IPv4:%d]: "+addr+"=true/true/false", n, port, port, i+1))
+	}
+	return d
+}
+
+// daemonOn starts fleetsync with args against own, stopped at cleanup.
+func (e *env) daemonOn(own *stack.Consul, args ...string) *fixture.Daemon {
+	e.t.Helper()
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: append([]string{"--to-k8s", "--k8s-write-namespace=" + e.ns}, args...)})
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: args})
 	must(e.t, err)
 	e.t.Cleanup(func() {
 		if e.t.Failed() {
@@ -78,9 +84,6 @@ func (e *env) mirrorOn(own *stack.Consul, addr string, port int, names []string,
 		}
 		d.CloseT(e.t)
 	})
-	for i, n := range names {
-		e.waitSlices(n, fmt.Sprintf("%s-4-%d-0[IPv4:%d]: "+addr+"=true/true/false", n, port, port, i+1))
-	}
 	return d
 }
 
@@ -134,6 +137,29 @@ func TestToK8sConsulDownThenEmpty(t *testing.T) {
 	}
 }
 
+// tokenOn makes a token on own for e's daemon: its own nodes, sessions
+// and claim written, every node read, plus rules; setRules replaces the
+// plus.
+func (e *env) tokenOn(own *stack.Consul, rules string) (token string, setRules func(rules string)) {
+	e.t.Helper()
+	base := fmt.Sprintf(`
+node "k8s-%[1]s" { policy = "write" }
+node_prefix "k8s-%[1]s." { policy = "write" }
+node_prefix "" { policy = "read" }
+session_prefix "" { policy = "write" }
+key_prefix "fleetsync/clusters/" { policy = "write" }
+`, e.cluster)
+	policy, _, err := own.Client.ACL().PolicyCreate(&consulapi.ACLPolicy{Name: "to-k8s-" + e.cluster, Rules: base + rules}, nil)
+	must(e.t, err)
+	tok, _, err := own.Client.ACL().TokenCreate(&consulapi.ACLToken{Policies: []*consulapi.ACLTokenPolicyLink{{ID: policy.ID}}}, nil)
+	must(e.t, err)
+	return tok.SecretID, func(rules string) {
+		e.t.Helper()
+		_, _, err := own.Client.ACL().PolicyUpdate(&consulapi.ACLPolicy{ID: policy.ID, Name: policy.Name, Rules: base + rules}, nil)
+		must(e.t, err)
+	}
+}
+
 // TestToK8sTokenLosesRead: the token loses service:read; Consul's answers
 // come back filtered (no names, no instances) and the guard holds every
 // mirrored Service for as long as that lasts, well past the grace period;
@@ -143,28 +169,17 @@ func TestToK8sTokenLosesRead(t *testing.T) {
 	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ACL: true, ExtraArgs: []string{quietConsul}})
 	must(t, err)
 	t.Cleanup(func() { _ = own.Stop() })
-	base := fmt.Sprintf(`
-node "k8s-%[1]s" { policy = "write" }
-node_prefix "k8s-%[1]s." { policy = "write" }
-node_prefix "" { policy = "read" }
-session_prefix "" { policy = "write" }
-key_prefix "fleetsync/clusters/" { policy = "write" }
-`, e.cluster)
 	const read = `service_prefix "" { policy = "read" }`
-	policy, _, err := own.Client.ACL().PolicyCreate(&consulapi.ACLPolicy{Name: "to-k8s-" + e.cluster, Rules: base + read}, nil)
-	must(t, err)
-	tok, _, err := own.Client.ACL().TokenCreate(&consulapi.ACLToken{Policies: []*consulapi.ACLTokenPolicyLink{{ID: policy.ID}}}, nil)
-	must(t, err)
+	token, setRules := e.tokenOn(own, read)
 	p := e.cluster + "r"
 	names := []string{p + "-a", p + "-b", p + "-c"}
 	for i, n := range names {
 		vmOn(t, own.Client, fmt.Sprintf("%s-vm%d", p, i), fmt.Sprintf("10.82.0.%d", i+1), n, 9090, "passing")
 	}
-	d := e.mirrorOn(own, "10.82.0.%d", 9090, names, "--consul-token="+tok.SecretID, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=2s")
+	d := e.mirrorOn(own, "10.82.0.%d", 9090, names, "--consul-token="+token, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=2s")
 	before := e.marked()
 
-	_, _, err = own.Client.ACL().PolicyUpdate(&consulapi.ACLPolicy{ID: policy.ID, Name: policy.Name, Rules: base}, nil)
-	must(t, err)
+	setRules("")
 	// Changes in Consul wake the blocking queries: the catalog's (names
 	// outside the mirrored ones) and one mirrored service's health. A
 	// query that was waiting answers once more with the token as it was
@@ -183,8 +198,7 @@ key_prefix "fleetsync/clusters/" { policy = "write" }
 	if ch := e.changedSince(before); len(ch) != 0 {
 		t.Fatalf("token without service:read: written %v", ch)
 	}
-	_, _, err = own.Client.ACL().PolicyUpdate(&consulapi.ACLPolicy{ID: policy.ID, Name: policy.Name, Rules: base + read}, nil)
-	must(t, err)
+	setRules(read)
 	vmOn(t, own.Client, p+"-vm0", "10.82.0.1", names[0], 9090, "passing")
 	time.Sleep(3 * time.Second) // read restored; the state is as it was: nothing to write
 	if ch := e.changedSince(before); len(ch) != 0 {
@@ -237,4 +251,200 @@ func TestToK8sFilteredOut(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// instanceOn registers instance id of name on node (address addr) in the
+// Consul of client, with one check in status.
+func instanceOn(t *testing.T, client *consulapi.Client, node, addr, name, id string, port int, status string) {
+	t.Helper()
+	_, err := client.Catalog().Register(&consulapi.CatalogRegistration{
+		Node: node, Address: addr, SkipNodeUpdate: true,
+		Service: &consulapi.AgentService{ID: id, Service: name, Port: port},
+		Checks:  consulapi.HealthChecks{{Node: node, CheckID: "check-" + id, Name: "check", Status: status, ServiceID: id}},
+	}, nil)
+	must(t, err)
+}
+
+// heldView is /debug/workers?direction=to-k8s as "service=held" for the
+// workers of e.ns, sorted.
+func (e *env) heldView(d *fixture.Daemon) string {
+	e.t.Helper()
+	code, body, err := d.Get(e.ctx, "/debug/workers?direction=to-k8s", "application/json")
+	if err != nil || code != 200 {
+		e.t.Fatalf("GET /debug/workers?direction=to-k8s: %d %v", code, err)
+	}
+	var rows []struct{ Namespace, Service, Held string }
+	must(e.t, json.Unmarshal([]byte(body), &rows))
+	var out []string
+	for _, r := range rows {
+		if r.Namespace == e.ns {
+			out = append(out, r.Service+"="+r.Held)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// TestToK8sHealthFilteredByACLs: the token loses node:read on one of the
+// two nodes of a mirrored and of an imported Consul service. Consul's
+// health answers leave that node's instances out (200, filtered by ACLs;
+// the streaming backend of the blocking reads does not say so) while the
+// catalog still lists both names: the endpoints on that node stay as last
+// seen, those on the other node follow their checks; one Event per unit,
+// /debug/workers says held. Read restored, the unfiltered answer is
+// applied as it is (an instance deregistered meanwhile goes).
+func TestToK8sHealthFilteredByACLs(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ACL: true, ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	const read = `service_prefix "" { policy = "read" }`
+	p := e.cluster + "h"
+	vm1, vm2 := p+"-vm1", p+"-vm2"
+	token, setRules := e.tokenOn(own, read)
+	web, db := p+"-web", e.cluster+"-db" // mirrored (--to-k8s-allow), imported
+	register := func(node, addr, status string, only ...string) {
+		for _, svc := range []string{web, db} {
+			if len(only) == 0 || slices.Contains(only, svc) {
+				instanceOn(t, own.Client, node, addr, svc, svc+"-"+node, map[string]int{web: 8080, db: 5432}[svc], status)
+			}
+		}
+	}
+	register(vm1, "10.84.0.1", "passing")
+	register(vm2, "10.84.0.2", "passing")
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, "db", map[string]string{"fleetsync.io/consul-service": db}, map[string]int32{"pg": 5432})))
+	d := e.daemonOn(own, "--consul-token="+token, "--to-k8s", "--k8s-write-namespace="+e.ns, "--to-k8s-allow="+p+"-*", "--to-k8s-import")
+	view := func(vm1, vm2 string) (string, string) {
+		return fmt.Sprintf("%s-4-8080-0[IPv4:8080]: 10.84.0.1=%s 10.84.0.2=%s", web, vm1, vm2),
+			fmt.Sprintf("db-4-5432-0[IPv4:5432]: 10.84.0.1=%s 10.84.0.2=%s", vm1, vm2)
+	}
+	const ready, notReady = "true/true/false", "false/false/false"
+	w, i := view(ready, ready)
+	e.waitSlices(web, w)
+	e.waitSlices("db", i)
+	before := e.marked()
+
+	setRules(read + fmt.Sprintf(`
+node %q { policy = "deny" }`, vm2))
+	// A check change wakes the blocking reads; a read that was waiting
+	// may answer once more with the token as it was: change again.
+	n := 0
+	eventually(t, 20*time.Second, "the filtered answers held", func() error {
+		n++
+		register(vm1, "10.84.0.1", []string{"critical", "warning"}[n%2])
+		for _, svc := range []string{web, "db"} {
+			if v, err := sliceView(e.ctx, t, e.ns, svc); err == nil && !strings.Contains(v, "10.84.0.2=") {
+				t.Fatalf("the endpoint on the node the token cannot read was removed: %s", v)
+			}
+		}
+		if s := d.LogTail(500); strings.Count(s, "filtered by ACLs drops mirrored instances") < 2 {
+			return fmt.Errorf("not both units hold")
+		}
+		return nil
+	})
+	register(vm1, "10.84.0.1", "critical")
+	w, i = view(notReady, ready)
+	e.waitSlices(web, w) // vm1's instances followed their checks, vm2's stay
+	e.waitSlices("db", i)
+	if ch, want := e.changedSince(before), []string{"slice/" + web + "-4-8080-0", "slice/db-4-5432-0"}; !slices.Equal(ch, want) {
+		t.Fatalf("while filtered: written %v, want only %v", ch, want)
+	}
+	if got, want := e.heldView(d), web+"=filtered-by-acls db=filtered-by-acls"; got != want {
+		t.Errorf("/debug/workers held: %q, want %q", got, want)
+	}
+	for _, svc := range []string{"db", web} {
+		eventually(t, 10*time.Second, "ConsulFilteredByACLs event", func() error {
+			evs, err := kube.Client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "reason=ConsulFilteredByACLs,involvedObject.name=" + svc})
+			if err != nil || len(evs.Items) != 1 || evs.Items[0].Count > 1 {
+				return fmt.Errorf("events of %s: %v (%v), want one", svc, evs, err)
+			}
+			return nil
+		})
+	}
+
+	_, err = own.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: vm2, ServiceID: web + "-" + vm2}, nil)
+	must(t, err)
+	setRules(read)
+	register(vm1, "10.84.0.1", "passing")
+	e.waitSlices(web, fmt.Sprintf("%s-4-8080-0[IPv4:8080]: 10.84.0.1=%s", web, ready))
+	_, i = view(ready, ready)
+	e.waitSlices("db", i)
+	if got, want := e.heldView(d), web+"= db="; got != want {
+		t.Errorf("/debug/workers held after read restored: %q, want %q", got, want)
+	}
+}
+
+// TestToK8sImportMassDrop: four import-mode Services; three of their
+// Consul services vanish in one transaction (a snapshot restored, Consul
+// rebuilt): the slices stay untouched for --to-k8s-deletion-grace; the
+// services back within it, nothing has been written after it. Gone again
+// and not back, the re-read after the grace deletes their slices.
+func TestToK8sImportMassDrop(t *testing.T) {
+	e := newEnv(t)
+	p := e.cluster + "m"
+	var svcs, names []string
+	for _, s := range []string{"a", "b", "c", "d"} {
+		svcs, names = append(svcs, "imp-"+s), append(names, p+"-"+s)
+	}
+	register := func() {
+		for j, n := range names {
+			vmInstance(t, fmt.Sprintf("%s-vm%d", p, j), fmt.Sprintf("10.85.0.%d", j+1), n, n+"-1", "", 7000, "passing")
+		}
+	}
+	register()
+	for j, s := range svcs {
+		must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, s, map[string]string{"fleetsync.io/consul-service": names[j]}, map[string]int32{"tcp": 7000})))
+	}
+	const grace = 8 * time.Second
+	d := e.daemon("--to-k8s-import", fmt.Sprintf("--to-k8s-deletion-grace=%s", grace))
+	for j, s := range svcs {
+		e.waitSlices(s, fmt.Sprintf("%s-4-7000-0[IPv4:7000]: 10.85.0.%d=true/true/false", s, j+1))
+	}
+	before := e.marked()
+	drop := func() {
+		var ops consulapi.TxnOps
+		for j := range 3 {
+			ops = append(ops, &consulapi.TxnOp{Node: &consulapi.NodeTxnOp{Verb: consulapi.NodeDelete, Node: consulapi.Node{Node: fmt.Sprintf("%s-vm%d", p, j)}}})
+		}
+		ok, resp, _, err := consul.Client.Txn().Txn(ops, nil)
+		if err != nil || !ok {
+			t.Fatalf("txn: %v %+v", err, resp)
+		}
+	}
+
+	drop()
+	eventually(t, 20*time.Second, "the guard holding the import units", func() error {
+		if ch := e.changedSince(before); len(ch) != 0 {
+			t.Fatalf("three of four import units dropped at once: written %v", ch)
+		}
+		if !strings.Contains(d.LogTail(500), "drops most mirrored Services; holding") {
+			return fmt.Errorf("no hold in the log")
+		}
+		return nil
+	})
+	held := time.Now()
+	time.Sleep(2 * time.Second) // the workers' empty health answers arrive meanwhile: nothing to await
+	if ch := e.changedSince(before); len(ch) != 0 {
+		t.Fatalf("within the grace period: written %v", ch)
+	}
+	register()
+	time.Sleep(time.Until(held.Add(grace + 3*time.Second))) // past the grace period: the re-read must delete nothing
+	if ch := e.changedSince(before); len(ch) != 0 {
+		t.Fatalf("services back within the grace period: written %v", ch)
+	}
+
+	drop()
+	for j, s := range svcs {
+		want := ""
+		if j == 3 {
+			want = fmt.Sprintf("%s-4-7000-0[IPv4:7000]: 10.85.0.4=true/true/false", s)
+		}
+		eventually(t, grace+20*time.Second, "slices of "+s+" after the grace period", func() error {
+			got, err := sliceView(e.ctx, t, e.ns, s)
+			if err != nil || got != want {
+				return fmt.Errorf("have %q (%v), want %q", got, err, want)
+			}
+			return nil
+		})
+	}
 }
