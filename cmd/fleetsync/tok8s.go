@@ -78,7 +78,7 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Burst, "to-k8s-burst", 40, "burst allowed above --to-k8s-qps")
 	fs.IntVar(&c.MaxWatches, "to-k8s-max-watches", 128, "blocking health queries held at once (one connection each; Consul refuses more than limits.http_max_conns_per_client, 200 by default, from one address); past it a worker reads its service every --to-k8s-poll-interval; 0: no cap")
 	fs.DurationVar(&c.PollEvery, "to-k8s-poll-interval", 5*time.Second, "how often a worker past --to-k8s-max-watches reads its service")
-	fs.DurationVar(&c.DeletionGrace, "to-k8s-deletion-grace", stok8s.DefaultDeletionGrace, "a catalog answer that drops more than half of the mirrored Services (at least two) is held this long, then the catalog is read again before anything is deleted; an answer Consul filtered by ACLs is held until it no longer drops them")
+	fs.DurationVar(&c.DeletionGrace, "to-k8s-deletion-grace", stok8s.DefaultDeletionGrace, "a catalog answer that drops more than half of the mirrored Services and import-mode Services of this datacenter (at least two) is held this long, then the catalog is read again before anything is deleted; an answer Consul filtered by ACLs is held until it no longer drops them")
 }
 
 func (c *toK8sConfig) validate() error {
