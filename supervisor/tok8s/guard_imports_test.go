@@ -155,3 +155,11 @@ func TestGuardImportsFilteredByACLs(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardImportsAtBootstrap: the first answer after a restart over a
+// Consul restarted empty holds the import units that have slices.
+func TestGuardImportsAtBootstrap(t *testing.T) {
+	g := newGuardedImports(t)
+	g.answer(catalog())
+	g.wantWaiting(t, []string{"i1", "i2", "i3", "i4", "i6"}, []string{"i1", "i2", "i3", "i4", "i6"})
+}

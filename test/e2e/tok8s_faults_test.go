@@ -89,7 +89,8 @@ func (e *env) daemonOn(own *stack.Consul, args ...string) *fixture.Daemon {
 
 // TestToK8sConsulDownThenEmpty: Consul unreachable: nothing is deleted.
 // Consul back empty (a dev agent keeps nothing): the answer that drops
-// every mirrored Service is held for --to-k8s-deletion-grace; the
+// every mirrored Service and the import-mode one is held for
+// --to-k8s-deletion-grace; the
 // instances registered again meanwhile, one with a new state, cost exactly
 // that one slice write, and nothing is deleted after the grace period.
 func TestToK8sConsulDownThenEmpty(t *testing.T) {
@@ -109,7 +110,11 @@ func TestToK8sConsulDownThenEmpty(t *testing.T) {
 		}
 	}
 	register("passing")
-	d := e.mirrorOn(own, "10.81.0.%d", 8080, names, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=10s")
+	// An import-mode Service of the first name: judged and held with the
+	// mirrored ones.
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, "imp", map[string]string{"fleetsync.io/consul-service": names[0]}, map[string]int32{"http": 8080})))
+	d := e.mirrorOn(own, "10.81.0.%d", 8080, names, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=10s", "--to-k8s-import")
+	e.waitSlices("imp", "imp-4-8080-0[IPv4:8080]: 10.81.0.1=true/true/false")
 	before := e.marked()
 
 	must(t, own.Kill())
