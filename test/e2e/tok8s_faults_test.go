@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -72,6 +73,19 @@ func (e *env) mirrorOn(own *stack.Consul, addr string, port int, names []string,
 	return d
 }
 
+// importService makes the import-mode Service name in e.ns, of Consul
+// service consulName, with one port; it is deleted at cleanup (an import
+// daemon of a later test reads every namespace).
+func (e *env) importService(name, consulName, portName string, port int32) {
+	e.t.Helper()
+	must(e.t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, name, map[string]string{"fleetsync.io/consul-service": consulName}, map[string]int32{portName: port})))
+	e.t.Cleanup(func() {
+		if err := kube.Client.CoreV1().Services(e.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			e.t.Errorf("delete Service %s: %v", name, err)
+		}
+	})
+}
+
 // daemonOn starts fleetsync with args against own, stopped at cleanup.
 func (e *env) daemonOn(own *stack.Consul, args ...string) *fixture.Daemon {
 	e.t.Helper()
@@ -112,7 +126,7 @@ func TestToK8sConsulDownThenEmpty(t *testing.T) {
 	register("passing")
 	// An import-mode Service of the first name: judged and held with the
 	// mirrored ones.
-	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, "imp", map[string]string{"fleetsync.io/consul-service": names[0]}, map[string]int32{"http": 8080})))
+	e.importService("imp", names[0], "http", 8080)
 	d := e.mirrorOn(own, "10.81.0.%d", 8080, names, "--to-k8s-allow="+p+"-*", "--to-k8s-deletion-grace=10s", "--to-k8s-import")
 	e.waitSlices("imp", "imp-4-8080-0[IPv4:8080]: 10.81.0.1=true/true/false")
 	before := e.marked()
@@ -317,7 +331,7 @@ func TestToK8sHealthFilteredByACLs(t *testing.T) {
 	}
 	register(vm1, "10.84.0.1", "passing")
 	register(vm2, "10.84.0.2", "passing")
-	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, "db", map[string]string{"fleetsync.io/consul-service": db}, map[string]int32{"pg": 5432})))
+	e.importService("db", db, "pg", 5432)
 	d := e.daemonOn(own, "--consul-token="+token, "--to-k8s", "--k8s-write-namespace="+e.ns, "--to-k8s-allow="+p+"-*", "--to-k8s-import")
 	view := func(vm1, vm2 string) (string, string) {
 		return fmt.Sprintf("%s-4-8080-0[IPv4:8080]: 10.84.0.1=%s 10.84.0.2=%s", web, vm1, vm2),
@@ -398,7 +412,7 @@ func TestToK8sImportMassDrop(t *testing.T) {
 	}
 	register()
 	for j, s := range svcs {
-		must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, s, map[string]string{"fleetsync.io/consul-service": names[j]}, map[string]int32{"tcp": 7000})))
+		e.importService(s, names[j], "tcp", 7000)
 	}
 	const grace = 8 * time.Second
 	d := e.daemon("--to-k8s-import", fmt.Sprintf("--to-k8s-deletion-grace=%s", grace))
