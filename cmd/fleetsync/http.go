@@ -123,9 +123,12 @@ func writeTable(w http.ResponseWriter, rows []workerRow) {
 func writeToK8sTable(w http.ResponseWriter, sts []wtok8s.Status) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tCONSUL SERVICE\tMODE\tENDPOINTS\tWRITES\tFLUSHES\tERRORS\tLAST FLUSH\tTOOK\tLAST ERROR")
+	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tCONSUL SERVICE\tMODE\tENDPOINTS\tWRITES\tFLUSHES\tERRORS\tLAST FLUSH\tTOOK\tHELD\tLAST ERROR")
 	for _, s := range sts {
-		mode, last, consul := "import", "-", s.ConsulService
+		mode, last, consul, held := "import", "-", s.ConsulService, s.Held
+		if held == "" {
+			held = "-"
+		}
 		if s.Mirror {
 			mode = "mirror"
 		}
@@ -135,8 +138,8 @@ func writeToK8sTable(w http.ResponseWriter, sts []wtok8s.Status) {
 		if !s.LastFlush.IsZero() {
 			last = s.LastFlush.UTC().Format("15:04:05.000")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Namespace, s.Service, consul, mode,
-			s.Endpoints, s.Writes, s.Flushes, s.Errors, last, s.LastFlushDuration.Round(time.Microsecond), s.LastError)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Namespace, s.Service, consul, mode,
+			s.Endpoints, s.Writes, s.Flushes, s.Errors, last, s.LastFlushDuration.Round(time.Microsecond), held, s.LastError)
 	}
 	_ = tw.Flush()
 }

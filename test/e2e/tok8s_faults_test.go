@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -370,6 +371,10 @@ node %q { policy = "deny" }`, vm2))
 	}
 	if got, want := e.heldView(d), web+"=filtered-by-acls db=filtered-by-acls"; got != want {
 		t.Errorf("/debug/workers held: %q, want %q", got, want)
+	}
+	if _, table, err := d.Get(e.ctx, "/debug/workers?direction=to-k8s", "text/plain"); err != nil ||
+		!regexp.MustCompile(`(?m)^`+e.ns+` +db +`+db+` +import .* filtered-by-acls *$`).MatchString(table) {
+		t.Errorf("/debug/workers table (%v): no HELD filtered-by-acls for db\n%s", err, table)
 	}
 	for _, svc := range []string{"db", web} {
 		eventually(t, 10*time.Second, "ConsulFilteredByACLs event", func() error {
