@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +51,7 @@ type toK8sConfig struct {
 	Burst           int
 	DeletionGrace   time.Duration
 	MaxWatches      int
+	maxWatchesSet   bool // --to-k8s-max-watches given (flag or variable): honoured as given
 	PollEvery       time.Duration
 	Domain          string
 	AdoptConsulK8s  bool
@@ -76,7 +79,8 @@ func (c *toK8sConfig) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Window, "to-k8s-window", time.Second, "per-Service batching window of the Kubernetes writes")
 	fs.Float64Var(&c.QPS, "to-k8s-qps", 20, "budget of Kubernetes writes per second of the Consul -> Kubernetes direction")
 	fs.IntVar(&c.Burst, "to-k8s-burst", 40, "burst allowed above --to-k8s-qps")
-	fs.IntVar(&c.MaxWatches, "to-k8s-max-watches", 128, "blocking health queries held at once (one connection each; Consul refuses more than limits.http_max_conns_per_client, 200 by default, from one address); past it a worker reads its service every --to-k8s-poll-interval; 0: no cap")
+	c.MaxWatches = defaultMaxWatches
+	fs.Var(setInt{v: &c.MaxWatches, set: &c.maxWatchesSet}, "to-k8s-max-watches", "blocking health queries held at once; past it a worker reads its service every --to-k8s-poll-interval (0: no cap). Over HTTP/1.1 (Consul's HTTP port) each holds a connection, and Consul refuses more than limits.http_max_conns_per_client (200 by default) from one address. Over HTTP/2 (Consul's HTTPS port) they share a few connections, which is what that limit counts: unless this flag is given, there is no cap")
 	fs.DurationVar(&c.PollEvery, "to-k8s-poll-interval", 5*time.Second, "how often a worker past --to-k8s-max-watches reads its service")
 	fs.DurationVar(&c.DeletionGrace, "to-k8s-deletion-grace", stok8s.DefaultDeletionGrace, "a catalog answer that drops more than half of the mirrored Services and import-mode Services of this datacenter (at least two) is held this long, then the catalog is read again before anything is deleted; an answer Consul filtered by ACLs is held until it no longer drops them")
 }
@@ -116,6 +120,54 @@ func (c *toK8sConfig) validate() error {
 		}
 	}
 	return nil
+}
+
+// defaultMaxWatches is --to-k8s-max-watches's default: below Consul's
+// default limits.http_max_conns_per_client (200), with room for the
+// Kubernetes -> Consul direction's requests.
+const defaultMaxWatches = 128
+
+// setInt is an int flag that records whether it was given (on the command
+// line or by its environment variable).
+type setInt struct {
+	v   *int
+	set *bool
+}
+
+func (f setInt) String() string {
+	if f.v == nil { // flag's zero-value check
+		return "0"
+	}
+	return strconv.Itoa(*f.v)
+}
+
+func (f setInt) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	*f.v, *f.set = int(n), true
+	return nil
+}
+
+// watchCap is the cap of blocking health queries: --to-k8s-max-watches
+// when given; else none when Consul speaks HTTP/2 (http2 asks it: one
+// request), since Consul's limit counts connections and the queries
+// share a few; else the default. A probe that fails keeps the default.
+func (c toK8sConfig) watchCap(ctx context.Context, http2 func(context.Context) (bool, error), log hclog.Logger) int {
+	if c.maxWatchesSet {
+		return c.MaxWatches
+	}
+	h2, err := http2(ctx)
+	switch {
+	case err != nil:
+		log.Warn("Consul -> Kubernetes: cannot tell whether Consul speaks HTTP/2; keeping the cap of blocking health queries", "max_watches", c.MaxWatches, "error", err)
+		return c.MaxWatches
+	case !h2:
+		return c.MaxWatches
+	}
+	log.Info("Consul speaks HTTP/2: every health query blocks (no --to-k8s-max-watches cap); the queries share a few connections, and Consul's limits.http_max_conns_per_client counts connections")
+	return 0
 }
 
 // toK8sFleet is the Consul -> Kubernetes fleet as the HTTP listener sees
@@ -180,10 +232,12 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 	if scope.Namespace != "default" {
 		wopts.Namespace = scope.Namespace
 	}
-	wopts.MaxWatches, wopts.PollEvery = c.MaxWatches, c.PollEvery
+	pctx, cancel := context.WithTimeout(ctx, consulconn.DefaultRequestTimeout)
+	wopts.MaxWatches, wopts.PollEvery = c.watchCap(pctx, conn.SpeaksHTTP2, log), c.PollEvery
+	cancel()
 	wopts.Full = func() {
-		log.Warn("Consul -> Kubernetes: more services than --to-k8s-max-watches; past the cap each is read every --to-k8s-poll-interval instead of watched (raise Consul's limits.http_max_conns_per_client and the flag together, or spread the services over replicas with --shards)",
-			"max_watches", c.MaxWatches, "poll_interval", c.PollEvery)
+		log.Warn("Consul -> Kubernetes: more services than --to-k8s-max-watches; past the cap each is read every --to-k8s-poll-interval instead of watched (raise Consul's limits.http_max_conns_per_client and the flag together, spread the services over replicas with --shards, or reach Consul over HTTPS, where the queries share a few connections)",
+			"max_watches", wopts.MaxWatches, "poll_interval", c.PollEvery)
 	}
 	wopts.FeedError = func(err error, failures int) {
 		if failures&(failures-1) == 0 { // 1, 2, 4, 8...: a Consul that stays down is not a log flood

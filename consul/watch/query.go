@@ -85,6 +85,10 @@ func (c *Client) ownScope(q Query) bool {
 func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index uint64) (Instances, uint64, error) {
 	switch {
 	case c.slots == nil:
+		if index != 0 {
+			c.blocking.Add(1)
+			defer c.blocking.Add(-1)
+		}
 	case index == 0: // a first read or one after an error: a read like a poll's
 		if !c.slots.read(ctx) {
 			return Instances{}, 0, ctx.Err()

@@ -156,7 +156,7 @@ func (s *slots) done() { <-s.reads }
 
 // WatchStats is what the health queries of a Client do now.
 type WatchStats struct {
-	Blocking int64 // blocking queries in flight (at most MaxWatches)
+	Blocking int64 // blocking queries in flight (at most MaxWatches, when set)
 	Polling  int64 // queries waiting for their poll, past the cap
 	Polls    int64 // polls read since the start
 	Nudged   int64 // polls the change feed started before their interval
@@ -166,7 +166,7 @@ type WatchStats struct {
 // Stats reports the health queries' slots.
 func (c *Client) Stats() WatchStats {
 	if c.slots == nil {
-		return WatchStats{}
+		return WatchStats{Blocking: c.blocking.Load()}
 	}
 	return WatchStats{Blocking: c.slots.used.Load(), Polling: c.slots.polling.Load(), Polls: c.slots.polls.Load(), Nudged: c.slots.nudged.Load(), Max: c.slots.max}
 }

@@ -1,7 +1,6 @@
 package watch
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -101,29 +100,56 @@ func TestMaxWatchesPollsPastTheCap(t *testing.T) {
 	}
 }
 
-// TestNoCapBlocksAlways: without MaxWatches every query blocks.
+// TestNoCapBlocksAlways: without MaxWatches every query blocks, and Stats
+// counts the blocking queries in flight (a first read at index 0 does not
+// block).
 func TestNoCapBlocksAlways(t *testing.T) {
 	var indexed atomic.Int64
+	held, release, stop := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("index") != "" {
-			indexed.Add(1)
+			if indexed.Add(1) == 1 {
+				held <- struct{}{}
+				select {
+				case <-release:
+				case <-stop:
+					return
+				}
+			}
 		}
 		w.Header().Set("X-Consul-Index", "9")
 		_, _ = w.Write([]byte("[]"))
 	}))
 	defer srv.Close()
+	defer close(stop) // before Close, which waits for the handlers
 	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := New(a, Options{})
-	for range 3 {
-		if _, _, err := c.Health(context.Background(), "a", 5); err != nil {
+	first := make(chan error, 1)
+	go func() { _, _, err := c.Health(t.Context(), "a", 5); first <- err }()
+	<-held
+	if s := c.Stats(); s != (WatchStats{Blocking: 1}) {
+		t.Fatalf("stats %+v while one query blocks, want Blocking 1 and nothing else", s)
+	}
+	if _, _, err := c.Health(t.Context(), "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s != (WatchStats{Blocking: 1}) {
+		t.Fatalf("stats %+v after a read at index 0, want Blocking 1", s)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := c.Health(t.Context(), "a", 5); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if indexed.Load() != 3 || c.Stats() != (WatchStats{}) {
-		t.Fatalf("%d indexed queries, stats %+v; want 3 and none", indexed.Load(), c.Stats())
+		t.Fatalf("%d indexed queries, stats %+v; want 3 and none in flight", indexed.Load(), c.Stats())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -45,6 +46,9 @@ type Client struct {
 	api   *api.Client
 	opts  Options
 	slots *slots // nil: no cap
+	// blocking counts the health queries that block without a cap (with
+	// one, slots counts them).
+	blocking atomic.Int64
 }
 
 // New returns a Client of c (the daemon's connection: its token, TLS and

@@ -59,11 +59,14 @@ func NewMetrics(reg prometheus.Registerer, perWorker int) *Metrics {
 	m.duration = f.NewHistogram(prometheus.HistogramOpts{Name: "fleetsync_tok8s_flush_duration_seconds",
 		Help:    "Duration of Consul -> Kubernetes flushes that wrote or failed, their writes included.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}})
-	const watchesHelp = "Consul health queries of the to-k8s workers: blocking now (mode=blocking, at most --to-k8s-max-watches) or waiting for their poll past that cap (mode=polling)."
+	const watchesHelp = "Consul health queries of the to-k8s workers: blocking now (mode=blocking, at most fleetsync_tok8s_health_watches_max when not 0) or waiting for their poll past that cap (mode=polling)."
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "fleetsync_tok8s_health_watches", Help: watchesHelp, ConstLabels: prometheus.Labels{"mode": "blocking"}},
 		func() float64 { return float64(m.watchStats().Blocking) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "fleetsync_tok8s_health_watches", Help: watchesHelp, ConstLabels: prometheus.Labels{"mode": "polling"}},
 		func() float64 { return float64(m.watchStats().Polling) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "fleetsync_tok8s_health_watches_max",
+		Help: "The cap of blocking health queries in effect (0: none): --to-k8s-max-watches when given, else none when Consul speaks HTTP/2 (its HTTPS port), else the flag's default."},
+		func() float64 { return float64(m.watchStats().Max) })
 	f.NewCounterFunc(prometheus.CounterOpts{Name: "fleetsync_tok8s_health_polls_total",
 		Help: "Health reads of to-k8s workers past --to-k8s-max-watches: each a poll instead of a blocking query."},
 		func() float64 { return float64(m.watchStats().Polls) })
