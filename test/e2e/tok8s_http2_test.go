@@ -182,18 +182,8 @@ func slicesByService(e *env) (map[string]string, error) {
 	}
 	parts := map[string][]string{}
 	for _, s := range list.Items {
-		var eps []string
-		for _, ep := range s.Endpoints {
-			c := ep.Conditions
-			eps = append(eps, fmt.Sprintf("%s=%v/%v/%v", ep.Addresses[0], *c.Ready, *c.Serving, *c.Terminating))
-		}
-		sort.Strings(eps)
-		port := int32(0)
-		if len(s.Ports) == 1 && s.Ports[0].Port != nil {
-			port = *s.Ports[0].Port
-		}
 		svc := s.Labels[discoveryv1.LabelServiceName]
-		parts[svc] = append(parts[svc], fmt.Sprintf("%s[%s:%d]: %s", s.Name, s.AddressType, port, strings.Join(eps, " ")))
+		parts[svc] = append(parts[svc], sliceLine(s))
 	}
 	out := make(map[string]string, len(parts))
 	for svc, ps := range parts {

@@ -44,20 +44,25 @@ func sliceView(ctx context.Context, t *testing.T, ns, svc string) (string, error
 		if s.Labels["endpointslice.kubernetes.io/managed-by"] != "to-k8s.fleetsync.io" {
 			continue
 		}
-		var eps []string
-		for _, e := range s.Endpoints {
-			c := e.Conditions
-			eps = append(eps, fmt.Sprintf("%s=%v/%v/%v", e.Addresses[0], *c.Ready, *c.Serving, *c.Terminating))
-		}
-		sort.Strings(eps)
-		port := int32(0)
-		if len(s.Ports) == 1 && s.Ports[0].Port != nil {
-			port = *s.Ports[0].Port
-		}
-		parts = append(parts, fmt.Sprintf("%s[%s:%d]: %s", s.Name, s.AddressType, port, strings.Join(eps, " ")))
+		parts = append(parts, sliceLine(s))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; "), nil
+}
+
+// sliceLine is one slice of sliceView: "name[family:port]: endpoints".
+func sliceLine(s discoveryv1.EndpointSlice) string {
+	var eps []string
+	for _, e := range s.Endpoints {
+		c := e.Conditions
+		eps = append(eps, fmt.Sprintf("%s=%v/%v/%v", e.Addresses[0], *c.Ready, *c.Serving, *c.Terminating))
+	}
+	sort.Strings(eps)
+	port := int32(0)
+	if len(s.Ports) == 1 && s.Ports[0].Port != nil {
+		port = *s.Ports[0].Port
+	}
+	return fmt.Sprintf("%s[%s:%d]: %s", s.Name, s.AddressType, port, strings.Join(eps, " "))
 }
 
 func (e *env) waitSlices(svc, want string) {
