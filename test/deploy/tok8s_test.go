@@ -93,8 +93,8 @@ const adoptValues = "  consulDomain: corp.consul\n  adoptConsulK8s: true\n"
 // and RoleBinding in the write namespace; import: a ClusterRole and
 // binding for slices), the base RBAC stays as it is, the daemon accepts
 // every to-k8s flag the chart passes, and the API server accepts the
-// objects (server-side dry run). consulDomain and adoptConsulK8s are
-// passed only when set.
+// objects (server-side dry run). consulDomain, adoptConsulK8s and
+// maxWatches are passed only when set.
 func TestHelmTemplateToK8s(t *testing.T) {
 	needStack(t)
 	bin, err := fixture.Build()
@@ -110,6 +110,8 @@ func TestHelmTemplateToK8s(t *testing.T) {
 			p := toK8sValues(tc.mirror, tc.imp, writeNS)
 			if tc.adopt {
 				p.values += adoptValues
+				// maxWatches unset: the daemon chooses (none over HTTP/2).
+				p.values = strings.Replace(p.values, "  maxWatches: 64\n", "", 1)
 			}
 			o := p.render(t, "fs", ns)
 			var role rbacv1.Role
@@ -147,8 +149,11 @@ func TestHelmTemplateToK8s(t *testing.T) {
 				t.Errorf("to-k8s flags present %t: %q", hasToK8s, args)
 			}
 			if tc.mirror && !slices.Contains(args, "--k8s-write-namespace="+writeNS) || tc.imp && !slices.Contains(args, `--to-k8s-filter=Service.Meta.env == "prod"`) ||
-				hasToK8s && !slices.Contains(args, "--to-k8s-max-watches=64") {
+				hasToK8s && !tc.adopt && !slices.Contains(args, "--to-k8s-max-watches=64") {
 				t.Errorf("args %q", args)
+			}
+			if tc.adopt && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--to-k8s-max-watches") }) {
+				t.Errorf("maxWatches unset, args %q", args)
 			}
 			if tc.adopt && (!slices.Contains(args, "--consul-domain=corp.consul") || !slices.Contains(args, "--to-k8s-adopt-consul-k8s=true")) {
 				t.Errorf("consulDomain and adoptConsulK8s set, args %q", args)

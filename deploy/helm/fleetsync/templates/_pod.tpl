@@ -79,7 +79,9 @@
 - {{ print "--to-k8s-window=" .window | toJson }}
 - {{ print "--to-k8s-qps=" .qps | toJson }}
 - {{ print "--to-k8s-burst=" (int .burst) | toJson }}
+{{- if not (kindIs "invalid" .maxWatches) }}
 - {{ print "--to-k8s-max-watches=" (int .maxWatches) | toJson }}
+{{- end }}
 - {{ print "--to-k8s-poll-interval=" .pollInterval | toJson }}
 - {{ print "--to-k8s-deletion-grace=" .deletionGrace | toJson }}
 {{- end }}
