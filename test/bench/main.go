@@ -104,7 +104,7 @@ func parseFlags(args []string) (options, error) {
 		return nil
 	})
 	fs.StringVar(&o.perfDoc, "performance-doc", "", "after a run that succeeded, replace this file with the run's figures as markdown (make bench: docs/performance.md)")
-	fs.StringVar(&o.renderFrom, "render-from", "", "run nothing: render this results.json into --performance-doc")
+	fs.StringVar(&o.renderFrom, "render-from", "", "run nothing: render these results.json files (comma-separated, runs of different scenarios) into --performance-doc")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the daemons' log directories (they are kept anyway after a failure)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

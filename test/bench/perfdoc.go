@@ -27,22 +27,44 @@ var scenarioText = map[string]string{
 	"inprocess":  "The supervisor, workers and Consul client fed by an in-memory event source instead of the API server, against the real Consul.",
 }
 
-// renderPerformance renders a run's results as docs/performance.md: how it
-// was made (command, machine, versions), then every figure, one table per
-// scenario in the order they ran. The page holds one run: each run
+// renderPerformance renders the results of one run, or of several runs
+// of different scenarios, as docs/performance.md: per run how it was made
+// (command, machine, versions), then every figure, one table per scenario
+// in the order they ran. The page holds the runs given: each rendering
 // replaces it.
-func renderPerformance(r *Results) []byte {
+func renderPerformance(runs ...*Results) []byte {
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# Performance\n\n")
 	p("<!-- Written by test/bench (make bench); every run replaces this page. Change test/bench/perfdoc.go, not this file. -->\n\n")
-	p("The figures of one `make bench` run: fleetsync built from `cmd/fleetsync` (without `-race`, default flags)\n")
+	if len(runs) == 1 {
+		p("The figures of one `make bench` run: fleetsync built from `cmd/fleetsync` (without `-race`, default flags)\n")
+	} else {
+		p("The figures of %d `make bench` runs, each of the scenarios it names: fleetsync built from `cmd/fleetsync` (without `-race`, default flags)\n", len(runs))
+	}
 	p("against a real kube-apiserver with etcd and a real Consul, all on loopback of one machine, started by `test/stack`.\n")
 	p("The machine is shared by every process of the run (the API server, etcd, Consul, fleetsync and the harness), so the\n")
 	p("figures are this machine's; rerun the command to compare on yours. [sizing.md](sizing.md) turns them into what to give\n")
-	p("a deployment; [design/README.md](design/README.md) says why the daemon is built the way these figures reward.\n\n")
+	p("a deployment; [design/README.md](design/README.md) says why the daemon is built the way these figures reward.\n")
+	for _, r := range runs {
+		renderRun(p, r, len(runs) > 1)
+	}
+	return b.Bytes()
+}
 
-	p("## How these figures were made\n\n")
+// renderRun renders one run: how it was made, then its scenarios.
+func renderRun(p func(string, ...any), r *Results, named bool) {
+	var order []string
+	for _, f := range r.Figures {
+		if !slices.Contains(order, f.Scenario) {
+			order = append(order, f.Scenario)
+		}
+	}
+	if named {
+		p("\n## How the figures of %s were made\n\n", strings.Join(order, ", "))
+	} else {
+		p("\n## How these figures were made\n\n")
+	}
 	p("```\n%s\n```\n\n", r.Command)
 	p("| | |\n|---|---|\n")
 	m := r.Machine
@@ -63,14 +85,7 @@ func renderPerformance(r *Results) []byte {
 	p("| wall time | %s |\n\n", time.Duration(r.WallSeconds*float64(time.Second)).Round(time.Second).String())
 	p("`make bench` runs every scenario at its default sizes and writes this page; `make bench BENCH='...'` passes\n")
 	p("flags (`go run ./test/bench --help` lists them). Every figure, and the raw series behind the plots, is also in\n")
-	p("`results.json` of the run's `--out` directory.\n")
-
-	var order []string
-	for _, f := range r.Figures {
-		if !slices.Contains(order, f.Scenario) {
-			order = append(order, f.Scenario)
-		}
-	}
+	p("`results.json` of the run's `--out` directory; `--render-from` renders one or several of those into the page.\n")
 	for _, sc := range order {
 		p("\n## %s\n\n", sc)
 		if t := scenarioText[sc]; t != "" {
@@ -83,7 +98,6 @@ func renderPerformance(r *Results) []byte {
 			}
 		}
 	}
-	return b.Bytes()
 }
 
 // cell makes text safe inside a markdown table cell.
@@ -100,26 +114,31 @@ func orDash(s string) string {
 }
 
 // writePerformance replaces the file at path with the rendered results.
-func writePerformance(path string, r *Results) error {
+func writePerformance(path string, runs ...*Results) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, renderPerformance(r), 0o644); err != nil {
+	if err := os.WriteFile(tmp, renderPerformance(runs...), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
 }
 
-// renderFile renders a results.json written by an earlier run into path.
+// renderFile renders the results.json files written by earlier runs
+// (comma-separated, in the page's order) into path.
 func renderFile(results, path string) error {
-	b, err := os.ReadFile(results)
-	if err != nil {
-		return err
+	var runs []*Results
+	for _, f := range strings.Split(results, ",") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r Results
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("read %s: %w", f, err)
+		}
+		runs = append(runs, &r)
 	}
-	var r Results
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("read %s: %w", results, err)
-	}
-	return writePerformance(path, &r)
+	return writePerformance(path, runs...)
 }

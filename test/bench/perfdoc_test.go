@@ -102,3 +102,43 @@ func TestWritePerformanceReplaces(t *testing.T) {
 		t.Error("rendering a missing results.json succeeded")
 	}
 }
+
+// TestRenderSeveralRuns: a page of two runs says how each was made, named
+// by its scenarios, each followed by its own figures.
+func TestRenderSeveralRuns(t *testing.T) {
+	a := sampleResults()
+	b := sampleResults()
+	b.Command = "go run ./test/bench --scenarios=to-k8s"
+	b.Figures = []Figure{{Scenario: "to-k8s", Name: "first mirror", Value: 98.26, Unit: "s"}}
+	dir := t.TempDir()
+	if err := a.write(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.write(filepath.Join(dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(dir, "performance.md")
+	if err := renderFile(a.path(filepath.Join(dir, "a"))+","+b.path(filepath.Join(dir, "b")), page); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(raw)
+	order := []string{
+		"The figures of 2 `make bench` runs",
+		"## How the figures of cold-start, idle, memory were made\n\n```\n" + a.Command + "\n```",
+		"## cold-start\n", "## memory\n",
+		"## How the figures of to-k8s were made\n\n```\n" + b.Command + "\n```",
+		"## to-k8s\n", "| first mirror | 98.26 | s |  |\n",
+	}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(got[at:], w)
+		if i < 0 {
+			t.Fatalf("page lacks %q after offset %d:\n%s", w, at, got)
+		}
+		at += i + len(w)
+	}
+}
