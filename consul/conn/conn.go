@@ -1,8 +1,10 @@
 package conn
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -163,7 +165,22 @@ type DialOptions struct {
 	// not used. Call Conn.Login before the first request.
 	Login *LoginConfig
 	Log   hclog.Logger
+	// PingAfter and PingTimeout are the HTTP/2 health check (defaults
+	// DefaultPingAfter and DefaultPingTimeout).
+	PingAfter, PingTimeout time.Duration
 }
+
+// Over HTTP/2 every request shares a few connections, and a request that
+// times out leaves its connection open for the next ones: one whose peer
+// is gone without a reset (a dropped route, a NAT entry expired) would
+// swallow every request until the kernel gives up on it, many minutes
+// later. So a connection that has read nothing for DefaultPingAfter is
+// sent a PING, and closed when no answer comes within DefaultPingTimeout;
+// its requests fail over and new ones get a new connection.
+const (
+	DefaultPingAfter   = 10 * time.Second
+	DefaultPingTimeout = 5 * time.Second
+)
 
 // Dial returns the daemon's connection: requests fail over between the
 // addresses (see Servers) and carry the token of a TokenSource (a static
@@ -173,6 +190,7 @@ func Dial(ctx context.Context, cc Config, opts DialOptions) (*Conn, error) {
 		opts.Log = hclog.NewNullLogger()
 	}
 	cfg := cc.apiConfig()
+	cfg.Transport.HTTP2 = &http.HTTP2Config{SendPingTimeout: cmp.Or(opts.PingAfter, DefaultPingAfter), PingTimeout: cmp.Or(opts.PingTimeout, DefaultPingTimeout)}
 	addrs, scheme, err := SplitAddresses(cc.Addresses, cfg.Address)
 	if err != nil {
 		return nil, err
