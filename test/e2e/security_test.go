@@ -1,18 +1,9 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,26 +19,9 @@ import (
 // dir and returns the paths (ca, cert, key).
 func writeCA(t *testing.T, dir string) (string, string, string) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleetsync test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	f, err := stack.WriteTLSFiles(dir)
 	must(t, err)
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "server.dc1.consul"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"server.dc1.consul", "localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	must(t, err)
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	paths := [3]string{filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")}
-	must(t, os.WriteFile(paths[0], pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600))
-	must(t, os.WriteFile(paths[1], pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	must(t, os.WriteFile(paths[2], pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	return paths[0], paths[1], paths[2]
+	return f.CA, f.Cert, f.Key
 }
 
 // TestTLSAndTokenRotation: fleetsync talks HTTPS to a Consul agent with a
@@ -57,12 +31,11 @@ func writeCA(t *testing.T, dir string) (string, string, string) {
 func TestTLSAndTokenRotation(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	caFile, certFile, keyFile := writeCA(t, dir)
-	httpsPort := fixture.FreePort(t)
+	tlsFiles, err := stack.WriteTLSFiles(dir)
+	must(t, err)
+	caFile := tlsFiles.CA
 	const management = "f1e2d3c4-0000-4000-8000-00000000root"
-	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Token: management, ExtraArgs: []string{quietConsul,
-		fmt.Sprintf(`-hcl=ports { https = %d }`, httpsPort),
-		fmt.Sprintf(`-hcl=tls { defaults { ca_file = %q cert_file = %q key_file = %q verify_incoming = false } }`, caFile, certFile, keyFile),
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{Token: management, TLS: &tlsFiles, ExtraArgs: []string{quietConsul,
 		fmt.Sprintf(`-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = %q } }`, management),
 	}})
 	must(t, err)
@@ -81,7 +54,7 @@ func TestTLSAndTokenRotation(t *testing.T) {
 	must(t, os.WriteFile(tokenFile, []byte(tokA.SecretID+"\n"), 0o600))
 
 	names, keys := svcSet(t, e, "tls", 2, 2, 140)
-	addr := "127.0.0.1:" + strconv.Itoa(httpsPort)
+	addr := own.HTTPSAddr
 	start := func(name string, args ...string) *fixture.Daemon {
 		d, err := fixture.SpawnDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
 			ConsulAddr: addr, Namespaces: []string{e.ns}, Name: name,

@@ -16,7 +16,8 @@ import (
 )
 
 // servingCert is a throwaway CA and a serving certificate signed by it for
-// 127.0.0.1 / localhost (and the in-cluster names of the kubernetes Service).
+// 127.0.0.1 / localhost, the in-cluster names of the kubernetes Service and
+// Consul's server name (server.dc1.consul), usable by either server.
 type servingCert struct {
 	caPEM, certPEM, keyPEM []byte
 }
@@ -50,13 +51,13 @@ func newServingCert() (*servingCert, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		Subject:      pkix.Name{CommonName: "fleetsync-test-server"},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(7 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "server.dc1.consul"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {

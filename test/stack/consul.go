@@ -42,6 +42,10 @@ type ConsulOptions struct {
 	// server agents (`-server -bootstrap-expect=N`), each with a data dir of
 	// its own that survives restarts, kill -9 included.
 	Servers int
+	// TLS, when set, has every agent serve its HTTP API over HTTPS too, on
+	// a port of its own (HTTPSAddr), with these files; clients are not
+	// verified. Plain HTTP stays on.
+	TLS *TLSFiles
 }
 
 // Consul is a running Consul on 127.0.0.1: either one `consul agent -dev`
@@ -59,6 +63,9 @@ type Consul struct {
 	Client *consulapi.Client
 	// Addr is agent 0's "127.0.0.1:<http port>"; HTTPAddr is "http://" + Addr.
 	Addr, HTTPAddr string
+	// HTTPSAddr is agent 0's "127.0.0.1:<https port>" with ConsulOptions.TLS,
+	// else "".
+	HTTPSAddr string
 	// Version is the agent's version from /v1/agent/self, e.g. "1.14.11".
 	Version string
 	// NodeName is agent 0's own node in the catalog.
@@ -92,6 +99,8 @@ type ConsulServer struct {
 	NodeName string
 	// Addr is "127.0.0.1:<http port>"; HTTPAddr is "http://" + Addr.
 	Addr, HTTPAddr string
+	// HTTPSAddr is "127.0.0.1:<https port>" with ConsulOptions.TLS, else "".
+	HTTPSAddr string
 	// Client talks to this agent's HTTP API; it survives restarts.
 	Client *consulapi.Client
 	// DataDir is the server's -data-dir (under Consul.Dir); "" for the dev
@@ -105,7 +114,7 @@ type ConsulServer struct {
 }
 
 // consulPorts are the ports one agent listens on.
-type consulPorts struct{ http, server, serfLAN, serfWAN int }
+type consulPorts struct{ http, https, server, serfLAN, serfWAN int }
 
 // Agent is the server's current process (a new one after each restart).
 func (s *ConsulServer) Agent() *Process {
@@ -203,7 +212,7 @@ func StartConsul(ctx context.Context, opts ConsulOptions) (*Consul, error) {
 		return nil, err
 	}
 	s0 := c.servers[0]
-	c.Client, c.Addr, c.HTTPAddr, c.NodeName = s0.Client, s0.Addr, s0.HTTPAddr, s0.NodeName
+	c.Client, c.Addr, c.HTTPAddr, c.HTTPSAddr, c.NodeName = s0.Client, s0.Addr, s0.HTTPAddr, s0.HTTPSAddr, s0.NodeName
 	if c.Version, err = agentVersion(s0.Client); err != nil {
 		_ = c.Stop()
 		return nil, err

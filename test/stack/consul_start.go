@@ -52,18 +52,22 @@ func (c *Consul) start(ctx context.Context, ss []*ConsulServer, first bool) erro
 	}
 }
 
-// pickPorts gives ss free ports; the HTTP port (and with it the address and
-// the Client) only when first.
+// pickPorts gives ss free ports; the HTTP and HTTPS ports (and with them
+// the addresses and the Client) only when first.
 func (c *Consul) pickPorts(ss []*ConsulServer, first bool) error {
-	ports, err := freePorts(4 * len(ss))
+	ports, err := freePorts(5 * len(ss))
 	if err != nil {
 		return err
 	}
 	for i, s := range ss {
-		p := ports[4*i : 4*i+4]
+		p := ports[5*i : 5*i+5]
 		s.mu.Lock()
 		if first {
-			s.ports.http = p[3]
+			s.ports.http, s.ports.https = p[3], -1
+			if c.opts.TLS != nil {
+				s.ports.https = p[4]
+				s.HTTPSAddr = "127.0.0.1:" + strconv.Itoa(p[4])
+			}
 		}
 		s.ports.server, s.ports.serfLAN, s.ports.serfWAN = p[0], p[1], p[2]
 		s.mu.Unlock()
@@ -155,6 +159,7 @@ func (c *Consul) args(s *ConsulServer) []string {
 		"-bind=127.0.0.1",
 		"-client=127.0.0.1",
 		"-http-port="+strconv.Itoa(ports.http),
+		"-https-port="+strconv.Itoa(ports.https),
 		"-server-port="+strconv.Itoa(ports.server),
 		"-serf-lan-port="+strconv.Itoa(ports.serfLAN),
 		"-serf-wan-port="+strconv.Itoa(ports.serfWAN),
@@ -164,6 +169,9 @@ func (c *Consul) args(s *ConsulServer) []string {
 		"-hcl="+consulTelemetry,
 		"-log-level=info",
 	)
+	if c.opts.TLS != nil {
+		args = append(args, "-hcl="+c.opts.TLS.consulHCL())
+	}
 	if c.opts.ACL {
 		args = append(args, fmt.Sprintf(`-hcl=acl { enabled = true default_policy = "deny" tokens { initial_management = %q agent = %q } }`, c.opts.Token, c.opts.Token))
 	}
