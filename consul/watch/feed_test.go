@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,35 +15,63 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// fakeChecks is a Consul that serves the feed's query the way Consul does:
-// an index below the current one is answered at once, the current one
-// blocks until the checks change.
+// fakeChecks is a Consul that serves the feed's queries
+// (/v1/health/state/<state>) the way Consul does: the checks in that
+// state; an index below the checks table's is answered at once, the
+// current one blocks until a check in that state appears, changes or
+// leaves (Consul's status index), not at other checks' changes.
 type fakeChecks struct {
 	mu      sync.Mutex
 	index   uint64
 	checks  []*api.HealthCheck
-	changed chan struct{} // closed and replaced on every change
-	blocked chan struct{} // told every blocking feed query
-	filters []string
+	changed map[string]chan struct{} // per state: closed and replaced when its checks change
+	blocked chan string              // told every blocking feed query, with its state
+	asked   []string                 // path?filter of every feed query
+}
+
+func newFakeChecks() *fakeChecks {
+	return &fakeChecks{index: 1, changed: map[string]chan struct{}{}, blocked: make(chan string, 16)}
+}
+
+func (f *fakeChecks) inState(state string) []*api.HealthCheck {
+	var out []*api.HealthCheck
+	for _, c := range f.checks {
+		if c.Status == state {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (f *fakeChecks) set(checks ...*api.HealthCheck) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	before := map[string][]byte{}
+	for state := range f.changed {
+		before[state], _ = json.Marshal(f.inState(state))
+	}
 	f.index++
 	f.checks = checks
-	close(f.changed)
-	f.changed = make(chan struct{})
+	for state, ch := range f.changed {
+		if now, _ := json.Marshal(f.inState(state)); string(now) != string(before[state]) {
+			close(ch)
+			f.changed[state] = make(chan struct{})
+		}
+	}
 }
 
 func (f *fakeChecks) serve(w http.ResponseWriter, r *http.Request, stop chan struct{}) {
+	state := strings.TrimPrefix(r.URL.Path, "/v1/health/state/")
 	idx, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
 	f.mu.Lock()
-	f.filters = append(f.filters, r.URL.Query().Get("filter"))
-	for idx >= f.index {
-		ch := f.changed
+	f.asked = append(f.asked, r.URL.Path+"?"+r.URL.Query().Get("filter"))
+	if f.changed[state] == nil {
+		f.changed[state] = make(chan struct{})
+	}
+	if idx >= f.index {
+		ch := f.changed[state]
 		f.mu.Unlock()
-		f.blocked <- struct{}{}
+		f.blocked <- state
 		select {
 		case <-ch:
 		case <-stop:
@@ -52,7 +81,7 @@ func (f *fakeChecks) serve(w http.ResponseWriter, r *http.Request, stop chan str
 		}
 		f.mu.Lock()
 	}
-	body, _ := json.Marshal(f.checks)
+	body, _ := json.Marshal(f.inState(state))
 	w.Header().Set("X-Consul-Index", strconv.FormatUint(f.index, 10))
 	f.mu.Unlock()
 	_, _ = w.Write(body)
@@ -64,13 +93,13 @@ func (f *fakeChecks) serve(w http.ResponseWriter, r *http.Request, stop chan str
 // nudge that comes while the poller reads ends its next wait at once.
 func TestFeedNudgesPollers(t *testing.T) {
 	stop := make(chan struct{})
-	feed := &fakeChecks{index: 1, changed: make(chan struct{}), blocked: make(chan struct{}, 16)}
+	feed := newFakeChecks()
 	reads := make(chan string, 16)
 	holdB := make(chan chan struct{}, 1) // a read of b waits on the channel sent here
 	inRead := make(chan struct{}, 1)     // told when a read of b waits
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/v1/health/state/any":
+		case strings.HasPrefix(r.URL.Path, "/v1/health/state/"):
 			feed.serve(w, r, stop)
 			return
 		case r.URL.Path == "/v1/catalog/node-services/n2":
@@ -129,12 +158,12 @@ func TestFeedNudgesPollers(t *testing.T) {
 	}
 	// awaitFeed steps the fake clock past the feed's gap until the feed
 	// blocks on Consul again.
-	awaitFeed := func() {
+	awaitFeed := func(states ...string) {
 		t.Helper()
-		for {
+		for len(states) > 0 {
 			select {
-			case <-feed.blocked:
-				return
+			case got := <-feed.blocked:
+				states = slices.DeleteFunc(states, func(s string) bool { return s == got })
 			case <-time.After(time.Millisecond):
 				clk.Step(feedGap)
 			}
@@ -159,13 +188,15 @@ func TestFeedNudgesPollers(t *testing.T) {
 	}
 
 	b := poll("b")
-	awaitFeed() // the feed started with the first poll; its first answer is kept, not compared
+	// The feed started with the first poll; its first answers are kept,
+	// not compared.
+	awaitFeed(api.HealthCritical, api.HealthWarning)
 	check := func(node, id, svc, status string, modify uint64) *api.HealthCheck {
 		return &api.HealthCheck{Node: node, CheckID: id, ServiceName: svc, Status: status, ModifyIndex: modify}
 	}
 	feed.set(check("n1", "b1", "b", "critical", 10))
 	awaitRead("b", b)
-	awaitFeed()
+	awaitFeed(api.HealthCritical)
 
 	// A node check: the services on the node are read.
 	cc := poll("c")
@@ -177,7 +208,7 @@ func TestFeedNudgesPollers(t *testing.T) {
 	}
 	feed.set(check("n1", "b1", "b", "critical", 10), check("n2", "serfHealth", "", "critical", 11))
 	awaitRead("c", cc)
-	awaitFeed()
+	awaitFeed(api.HealthCritical)
 
 	// b's check passes again (it leaves the answer); b reads, and while
 	// it reads the check turns critical again: b's next poll reads at once.
@@ -185,25 +216,39 @@ func TestFeedNudgesPollers(t *testing.T) {
 	holdB <- h
 	b = poll("b")
 	feed.set(check("n2", "serfHealth", "", "critical", 11))
-	awaitFeed()
+	awaitFeed(api.HealthCritical)
 	select {
 	case <-inRead:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("b not nudged (stats %+v)", c.Stats())
 	}
 	feed.set(check("n2", "serfHealth", "", "critical", 11), check("n1", "b1", "b", "critical", 12))
-	awaitFeed()
+	awaitFeed(api.HealthCritical)
 	close(h)
 	awaitRead("b", b)
 	awaitRead("b", poll("b"))
-	if s := c.Stats(); s.Polls != 4 || s.Nudged != 4 {
-		t.Fatalf("stats %+v, want 4 polls, all nudged", s)
+
+	// A check turning warning: the warning state's query sees it.
+	cc = poll("c")
+	for c.Stats().Polling != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("c is not polling")
+		}
+		time.Sleep(time.Millisecond)
 	}
+	feed.set(check("n2", "serfHealth", "", "critical", 11), check("n1", "b1", "b", "critical", 12), check("n3", "c1", "c", "warning", 13))
+	awaitRead("c", cc)
+	awaitFeed(api.HealthWarning)
+	if s := c.Stats(); s.Polls != 5 || s.Nudged != 5 {
+		t.Fatalf("stats %+v, want 5 polls, all nudged", s)
+	}
+	// Every feed query reads one state's checks, which Consul indexes:
+	// none reads every check of the datacenter (state/any, a filter).
 	feed.mu.Lock()
 	defer feed.mu.Unlock()
-	for _, f := range feed.filters {
-		if f != feedFilter {
-			t.Fatalf("feed query filter %q, want %q", f, feedFilter)
+	for _, q := range feed.asked {
+		if q != "/v1/health/state/critical?" && q != "/v1/health/state/warning?" {
+			t.Fatalf("feed query %s, want /v1/health/state/critical or warning, no filter", q)
 		}
 	}
 }
@@ -212,7 +257,7 @@ func TestFeedNudgesPollers(t *testing.T) {
 // reads again only 200 ms later (feedPerCheck), not after feedGap.
 func TestFeedSpacesLongAnswers(t *testing.T) {
 	stop := make(chan struct{})
-	feed := &fakeChecks{index: 1, changed: make(chan struct{}), blocked: make(chan struct{}, 16)}
+	feed := newFakeChecks()
 	var many []*api.HealthCheck
 	for i := range 10000 {
 		many = append(many, &api.HealthCheck{Node: "n", CheckID: strconv.Itoa(i), ServiceName: "s", Status: "critical", ModifyIndex: 2})
@@ -220,11 +265,13 @@ func TestFeedSpacesLongAnswers(t *testing.T) {
 	feed.set(many...)
 	reads := make(chan struct{}, 16)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/health/state/any" {
+		if !strings.HasPrefix(r.URL.Path, "/v1/health/state/") {
 			http.NotFound(w, r)
 			return
 		}
-		reads <- struct{}{}
+		if r.URL.Path == "/v1/health/state/critical" {
+			reads <- struct{}{}
+		}
 		feed.serve(w, r, stop)
 	}))
 	defer srv.Close()
@@ -237,9 +284,13 @@ func TestFeedSpacesLongAnswers(t *testing.T) {
 	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk})
 	c.slots.start.Do(func() { close(c.slots.started) }) // as the first poll does
 	go c.Run(t.Context())
-	<-reads // the first read, at once
+	select {
+	case <-reads: // the first read, at once
+	case <-time.After(10 * time.Second):
+		t.Fatal("the feed did not read the critical checks")
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() { // the gap's timer is the event; the fake clock has no channel for it
+	for clk.Waiters() != 2 { // both states' gap timers are the event; the fake clock has no channel for it
 		if time.Now().After(deadline) {
 			t.Fatal("the feed did not wait before its second read")
 		}
