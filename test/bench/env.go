@@ -59,6 +59,11 @@ type bench struct {
 
 	mem     []memPoint // memory measurements at increasing sizes
 	limited bool       // a cold start of this run was measured against the limit
+
+	// tls is Consul's HTTPS listener's throwaway CA and certificate (in
+	// tlsDir), for to-k8s-https; nil without it.
+	tls    *stack.TLSFiles
+	tlsDir string
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -88,7 +93,13 @@ func (b *bench) setup() error {
 	if b.opts.pprof {
 		consulArgs = append(consulArgs, "-hcl=enable_debug = true") // its /debug/pprof
 	}
-	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: consulArgs, Servers: b.opts.consulServers})
+	if b.opts.has("to-k8s-https") {
+		// HTTPS besides plain HTTP, which every other scenario uses.
+		if err := b.startTLS(); err != nil {
+			return errors.Join(<-kubeErr, err)
+		}
+	}
+	b.consul, cerr = stack.StartConsul(b.ctx, stack.ConsulOptions{ExtraArgs: consulArgs, Servers: b.opts.consulServers, TLS: b.tls})
 	if err := errors.Join(<-kubeErr, cerr); err != nil {
 		return err
 	}
@@ -139,6 +150,9 @@ func (b *bench) teardown(failed bool) {
 	}
 	if b.bin != "" {
 		_ = os.RemoveAll(filepath.Dir(b.bin))
+	}
+	if b.tlsDir != "" {
+		_ = os.RemoveAll(b.tlsDir)
 	}
 }
 

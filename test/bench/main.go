@@ -15,7 +15,7 @@ import (
 
 // allScenarios in the order they run (the order matters: later scenarios
 // reuse the Services and the daemon earlier ones left).
-var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "replicas", "to-k8s", "inprocess"}
+var allScenarios = []string{"cold-start", "idle", "memory", "restart", "latency", "rollout", "churn", "limit", "replicas", "to-k8s", "to-k8s-https", "inprocess"}
 
 // options are the command-line flags.
 type options struct {
@@ -260,6 +260,7 @@ func run(ctx context.Context, o options) (err error) {
 		{"limit", b.limit},
 		{"replicas", b.replicas},
 		{"to-k8s", b.toK8s},
+		{"to-k8s-https", b.toK8sHTTPS},
 		{"inprocess", b.inprocess},
 	}
 	for _, s := range steps {

@@ -25,6 +25,8 @@ var scenarioText = map[string]string{
 	"replicas":   "Several replicas of one cluster with --shards: cold start, memory and CPU per replica, idle, one replica killed and its shards taken over.",
 	"to-k8s":     "Consul -> Kubernetes (--to-k8s, default flags): the first mirror against a raw client with the same write budget, idle writes on both sides, a check change to the slice an informer sees, a burst of flips of one service, and one service of many instances.",
 	"inprocess":  "The supervisor, workers and Consul client fed by an in-memory event source instead of the API server, against the real Consul.",
+
+	"to-k8s-https": "Consul -> Kubernetes over Consul's HTTPS port, where Consul speaks HTTP/2 and the daemon lifts --to-k8s-max-watches (default flags): every health query blocking, the connections they share, idle reads, and a check change or an instance added / removed to the slice an informer sees.",
 }
 
 // renderPerformance renders the results of one run, or of several runs

@@ -88,13 +88,13 @@ func (b *bench) toK8s() error {
 		fmt.Sprintf("client-go, QPS %d burst %d, 8 in flight", tok8sQPS, tok8sBurst))
 	b.res.add("to-k8s", "first mirror: raw client / fleetsync", round2(raw.Seconds()/first.Seconds()), "ratio", "target >= 0.8")
 
-	if err := b.tok8sIdle(d); err != nil {
+	if err := b.tok8sIdle("to-k8s", d, b.opts.tok8sIdle, b.opts.tok8sIdle.String()); err != nil {
 		return err
 	}
-	if err := b.tok8sLatency(w, n); err != nil {
+	if err := b.tok8sLatency("to-k8s", w, n); err != nil {
 		return err
 	}
-	if err := b.tok8sAddLatency(w, n, m); err != nil {
+	if err := b.tok8sAddLatency("to-k8s", w, n, m); err != nil {
 		return err
 	}
 	if err := b.tok8sFlips(w); err != nil {
@@ -229,9 +229,10 @@ func (b *bench) tok8sLimit(n, m int) (time.Duration, error) {
 	return took, nil
 }
 
-// tok8sIdle measures an idle stretch after the first mirror: API writes
-// (the API server's count), Raft applies and Consul's HTTP requests.
-func (b *bench) tok8sIdle(d *fixture.Daemon) error {
+// tok8sIdle measures an idle stretch of scenario sc after the first mirror:
+// API writes (the API server's count), Raft applies and Consul's HTTP
+// requests over idle, which about describes in the notes.
+func (b *bench) tok8sIdle(sc string, d *fixture.Daemon, idle time.Duration, about string) error {
 	// Let the last writes of the mirror land first.
 	if _, err := b.quietApplies(2 * time.Second); err != nil {
 		return err
@@ -251,7 +252,6 @@ func (b *bench) tok8sIdle(d *fixture.Daemon) error {
 	if err != nil {
 		return err
 	}
-	idle := b.opts.tok8sIdle
 	b.logf("idle for %s", idle)
 	if err := sleep(b.ctx, idle); err != nil { // measuring a quiet interval: nothing to await
 		return err
@@ -276,11 +276,11 @@ func (b *bench) tok8sIdle(d *fixture.Daemon) error {
 	if err != nil {
 		return err
 	}
-	b.res.add("to-k8s", "health queries blocking / polling", blocking, "queries",
+	b.res.add(sc, "health queries blocking / polling", blocking, "queries",
 		fmt.Sprintf("%.0f polling (fleetsync_tok8s_health_watches; past --to-k8s-max-watches a service is read every --to-k8s-poll-interval)", polling))
-	b.res.add("to-k8s", "idle: Kubernetes API writes", kw1-kw0, "writes", fmt.Sprintf("%s; Services, EndpointSlices, Events (apiserver_request_total); target 0", idle))
-	b.res.add("to-k8s", "idle: Consul Raft applies", ap1-ap0, "applies", fmt.Sprintf("%s; target 0", idle))
-	b.res.add("to-k8s", "idle: Consul HTTP requests", round2(reads.total()/idle.Seconds()), "req/s", reads.String())
+	b.res.add(sc, "idle: Kubernetes API writes", kw1-kw0, "writes", fmt.Sprintf("%s; Services, EndpointSlices, Events (apiserver_request_total); target 0", about))
+	b.res.add(sc, "idle: Consul Raft applies", ap1-ap0, "applies", fmt.Sprintf("%s; target 0", about))
+	b.res.add(sc, "idle: Consul HTTP requests", round2(reads.total()/idle.Seconds()), "req/s", fmt.Sprintf("%s; %s", about, reads))
 	return nil
 }
 
@@ -293,8 +293,9 @@ func (b *bench) setCheck(name string, i, j, m int, status string) error {
 
 // tok8sLatency flips one instance's check per sample (passing <-> critical),
 // a different service each time, and times the Consul write returning ->
-// the informer seeing the slice's ready condition change.
-func (b *bench) tok8sLatency(w *sliceWatch, n int) error {
+// the informer seeing the slice's ready condition change: figures of
+// scenario sc. Every check starts passing.
+func (b *bench) tok8sLatency(sc string, w *sliceWatch, n int) error {
 	samples, m := b.opts.latencySamples, b.opts.tok8sInstances
 	critical := map[int]bool{}
 	last := map[int]time.Time{}
@@ -334,9 +335,9 @@ func (b *bench) tok8sLatency(w *sliceWatch, n int) error {
 	}
 	s := sortedCopy(lat)
 	note := fmt.Sprintf("%d samples; Consul write returned -> the slice in an informer", len(s))
-	b.res.add("to-k8s", "isolated check change -> EndpointSlice: p50", round2(percentile(s, 50)), "ms", note+"; target <= 20")
-	b.res.add("to-k8s", "isolated check change -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note+"; target <= 200")
-	b.res.add("to-k8s", "isolated check change -> EndpointSlice: max", round2(s[len(s)-1]), "ms", note)
+	b.res.add(sc, "isolated check change -> EndpointSlice: p50", round2(percentile(s, 50)), "ms", note+"; target <= 20")
+	b.res.add(sc, "isolated check change -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note+"; target <= 200")
+	b.res.add(sc, "isolated check change -> EndpointSlice: max", round2(s[len(s)-1]), "ms", note)
 	return nil
 }
 

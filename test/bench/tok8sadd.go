@@ -14,8 +14,9 @@ import (
 // write returning -> the informer seeing its endpoint; then deregisters it
 // and times the endpoint leaving. Past --to-k8s-max-watches such a change
 // is not in the change feed (its checks pass), so a polled service shows
-// it at its next poll: the figures say how many of the services poll.
-func (b *bench) tok8sAddLatency(w *sliceWatch, n, m int) error {
+// it at its next poll: the figures (of scenario sc) say how many of the
+// services poll.
+func (b *bench) tok8sAddLatency(sc string, w *sliceWatch, n, m int) error {
 	samples := max(10, b.opts.latencySamples/5)
 	var added, removed []float64
 	for k := range samples {
@@ -67,8 +68,8 @@ func (b *bench) tok8sAddLatency(w *sliceWatch, n, m int) error {
 		lat  []float64
 	}{{"instance added", added}, {"instance removed", removed}} {
 		s := sortedCopy(r.lat)
-		b.res.add("to-k8s", r.what+" -> EndpointSlice: p50", round2(percentile(s, 50)), "ms", note)
-		b.res.add("to-k8s", r.what+" -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note)
+		b.res.add(sc, r.what+" -> EndpointSlice: p50", round2(percentile(s, 50)), "ms", note+"; target <= 20")
+		b.res.add(sc, r.what+" -> EndpointSlice: p99", round2(percentile(s, 99)), "ms", note+"; target <= 200")
 	}
 	return nil
 }
