@@ -244,6 +244,9 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 			log.Warn("Consul -> Kubernetes: change feed of the polled services failed; they are read at their poll until it recovers", "failures", failures, "error", err)
 		}
 	}
+	wopts.Restored = func() {
+		log.Warn("Consul -> Kubernetes: Consul's catalog index went back (a snapshot restore, or a Consul that lost its data); every watch reads its service again")
+	}
 	w := conn.NewWatch(wopts)
 	fleet.metrics.SetWatches(w.Stats)
 	feedCtx, stopFeed := context.WithCancel(ctx)

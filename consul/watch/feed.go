@@ -91,19 +91,15 @@ func (f *feed) fetch(ctx context.Context, index uint64) ([]*api.HealthCheck, uin
 		}
 	}
 	f.start = clk.Now()
-	stale := f.c.opts.MaxStale > 0
-	for {
+	checks, meta, err := ask(ctx, f.c, index, f.c.opts.MaxStale > 0, func(ctx context.Context, index uint64, stale bool) ([]*api.HealthCheck, *api.QueryMeta, error) {
 		q, done := f.c.query(ctx, index, stale)
 		checks, meta, err := f.c.api.Health().State(f.state, q)
-		if err = done(err); err != nil {
-			return nil, 0, fmt.Errorf("consul checks %s: %w", f.state, err)
-		}
-		if stale && f.c.tooStale(meta) {
-			stale = false
-			continue
-		}
-		return checks, meta.LastIndex, nil
+		return checks, meta, done(err)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("consul checks %s: %w", f.state, err)
 	}
+	return checks, meta.LastIndex, nil
 }
 
 // deliver nudges the pollers of every service whose checks in the state

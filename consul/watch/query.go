@@ -105,30 +105,26 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 		defer c.slots.done()
 		index = 0 // read the current state, at once
 	}
-	stale := c.opts.MaxStale > 0
-	for {
+	raw, meta, err := ask(ctx, c, index, c.opts.MaxStale > 0, func(ctx context.Context, index uint64, stale bool) ([]*api.ServiceEntry, *api.QueryMeta, error) {
 		o, done := c.queryOf(ctx, index, stale, q)
 		raw, meta, err := c.api.Health().Service(name, q.Tag, false, o)
-		if err = done(err); err != nil {
-			return Instances{}, 0, fmt.Errorf("consul health of service %q: %w", name, err)
-		}
-		if stale && c.tooStale(meta) {
-			stale = false
-			continue
-		}
-		out := make([]Entry, 0, len(raw))
-		for _, e := range raw {
-			if e == nil || e.Node == nil || e.Service == nil {
-				continue // Consul never sends these; a garbled answer must not crash us
-			}
-			out = append(out, entryOf(e))
-		}
-		sort.Slice(out, func(i, j int) bool {
-			if out[i].Node.Name != out[j].Node.Name {
-				return out[i].Node.Name < out[j].Node.Name
-			}
-			return out[i].ID < out[j].ID
-		})
-		return Instances{Entries: out, FilteredByACLs: meta.ResultsFilteredByACLs, Streamed: meta.QueryBackend == api.QueryBackendStreaming}, meta.LastIndex, nil
+		return raw, meta, done(err)
+	})
+	if err != nil {
+		return Instances{}, 0, fmt.Errorf("consul health of service %q: %w", name, err)
 	}
+	out := make([]Entry, 0, len(raw))
+	for _, e := range raw {
+		if e == nil || e.Node == nil || e.Service == nil {
+			continue // Consul never sends these; a garbled answer must not crash us
+		}
+		out = append(out, entryOf(e))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node.Name != out[j].Node.Name {
+			return out[i].Node.Name < out[j].Node.Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return Instances{Entries: out, FilteredByACLs: meta.ResultsFilteredByACLs, Streamed: meta.QueryBackend == api.QueryBackendStreaming}, meta.LastIndex, nil
 }

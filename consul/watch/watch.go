@@ -31,6 +31,10 @@ type Options struct {
 	// FeedError, when set, is told every failed read of the change feed
 	// (see Client.Run).
 	FeedError func(err error, failures int)
+	// Restored, when set, is told every time Consul's state is found to
+	// have gone back (a snapshot restore; see restores): every blocking
+	// query then reads from scratch.
+	Restored func()
 	// ReadTimeout ends a read Consul does not answer (default 10s, a
 	// deadline on the read's context); a blocking query has Wait and
 	// Consul's jitter (Wait/16) on top.
@@ -46,6 +50,9 @@ type Client struct {
 	api   *api.Client
 	opts  Options
 	slots *slots // nil: no cap
+	// restores finds restores of Consul's state and aborts the blocking
+	// queries they would leave stale.
+	restores *restores
 	// blocking counts the health queries that block without a cap (with
 	// one, slots counts them).
 	blocking atomic.Int64
@@ -63,13 +70,13 @@ func New(c *api.Client, opts Options) *Client {
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 10 * time.Second
 	}
-	cl := &Client{api: c, opts: opts}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	cl := &Client{api: c, opts: opts, restores: newRestores(opts.Clock, opts.Restored)}
 	if opts.MaxWatches > 0 {
 		if opts.PollEvery <= 0 {
 			opts.PollEvery = 5 * time.Second
-		}
-		if opts.Clock == nil {
-			opts.Clock = clock.RealClock{}
 		}
 		if opts.Jitter == nil {
 			opts.Jitter = rand.Float64
@@ -154,24 +161,31 @@ type Catalog struct {
 }
 
 // Services returns every service name in the catalog and its tags, once the
-// catalog's index differs from index (at once for 0), or Wait passed.
+// catalog's index differs from index (at once for 0), or Wait passed. A
+// return that is no change is checked by a read from scratch from the
+// leader, which finds a restore of Consul's state (see restores).
 func (c *Client) Services(ctx context.Context, index uint64) (Catalog, uint64, error) {
-	stale := c.opts.MaxStale > 0
-	for {
+	read := func(ctx context.Context, index uint64, stale bool) (map[string][]string, *api.QueryMeta, error) {
 		q, done := c.query(ctx, index, stale)
 		m, meta, err := c.api.Catalog().Services(q)
-		if err = done(err); err != nil {
-			return Catalog{}, 0, fmt.Errorf("consul catalog services: %w", err)
-		}
-		if stale && c.tooStale(meta) {
-			stale = false
-			continue
-		}
-		if m == nil {
-			m = map[string][]string{}
-		}
-		return Catalog{Names: m, FilteredByACLs: meta.ResultsFilteredByACLs}, meta.LastIndex, nil
+		return m, meta, done(err)
 	}
+	m, meta, err := ask(ctx, c, index, c.opts.MaxStale > 0, read)
+	if err == nil && index != 0 && meta.LastIndex == index {
+		m, meta, err = ask(ctx, c, 0, false, read)
+		if err == nil {
+			c.restores.catalogRead(meta.LastIndex)
+		}
+	} else if err == nil {
+		c.restores.catalogSeen(meta.LastIndex)
+	}
+	if err != nil {
+		return Catalog{}, 0, fmt.Errorf("consul catalog services: %w", err)
+	}
+	if m == nil {
+		m = map[string][]string{}
+	}
+	return Catalog{Names: m, FilteredByACLs: meta.ResultsFilteredByACLs}, meta.LastIndex, nil
 }
 
 // Instances is one answer of a service's health read.
