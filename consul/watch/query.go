@@ -103,8 +103,29 @@ func (c *Client) HealthQuery(ctx context.Context, name string, q Query, index ui
 			return Instances{}, 0, ctx.Err()
 		}
 		defer c.slots.done()
-		index = 0 // read the current state, at once
+		select { // a nudge that came with the timer: this read sees it
+		case <-ch:
+		default:
+		}
+		// Read the current state, at once; a nudge that comes meanwhile
+		// may be of a change the answer predates: read again (at most
+		// pollRereads times, so that a service whose checks change faster
+		// than it is read does not keep one of the polls' reads).
+		for n := 0; ; n++ {
+			a, got, err := c.health(ctx, name, q, 0)
+			if err != nil || n == pollRereads || !c.slots.renudged(ch) {
+				return a, got, err
+			}
+		}
 	}
+	return c.health(ctx, name, q, index)
+}
+
+// pollRereads bounds the reads again of one poll (see HealthQuery).
+const pollRereads = 2
+
+// health is one health read of name at index.
+func (c *Client) health(ctx context.Context, name string, q Query, index uint64) (Instances, uint64, error) {
 	raw, meta, err := ask(ctx, c, index, c.opts.MaxStale > 0, func(ctx context.Context, index uint64, stale bool) ([]*api.ServiceEntry, *api.QueryMeta, error) {
 		o, done := c.queryOf(ctx, index, stale, q)
 		raw, meta, err := c.api.Health().Service(name, q.Tag, false, o)

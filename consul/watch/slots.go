@@ -33,11 +33,14 @@ type slots struct {
 
 	// The change feed's side (see feed.go): a poller of a service in the
 	// Client's own scope registers a channel the feed nudges when the
-	// service changed; a nudge that comes while the poller reads is kept
-	// in pending and ends the name's next wait at once, so none is lost.
+	// service changed, from its wait until its read ends. A nudge that
+	// comes while the poller reads makes it read again before it returns
+	// (HealthQuery), so each poller of a name answers its own nudges and
+	// nothing is kept for a poller that may never come. A nudge between
+	// two polls of a worker (one returned, the next not yet waiting)
+	// finds nobody: that service is read at its poll.
 	mu      sync.Mutex
 	waiting map[string]map[chan struct{}]struct{}
-	pending map[string]int
 	nudged  atomic.Int64  // polls the feed started early
 	started chan struct{} // closed at the first poll: the feed runs from then
 	start   sync.Once
@@ -57,17 +60,10 @@ func (s *slots) enter(name string, own bool) chan struct{} {
 		s.waiting[name] = map[chan struct{}]struct{}{}
 	}
 	s.waiting[name][ch] = struct{}{}
-	if s.pending[name] > 0 {
-		if s.pending[name]--; s.pending[name] == 0 {
-			delete(s.pending, name)
-		}
-		ch <- struct{}{}
-	}
 	return ch
 }
 
-// leave ends what enter began; a nudge not yet taken is kept for the
-// name's next poller.
+// leave ends what enter began.
 func (s *slots) leave(name string, ch chan struct{}) {
 	if ch == nil {
 		return
@@ -78,8 +74,18 @@ func (s *slots) leave(name string, ch chan struct{}) {
 	if len(s.waiting[name]) == 0 {
 		delete(s.waiting, name)
 	}
-	if len(ch) > 0 {
-		s.pending[name]++
+}
+
+// renudged takes a nudge that came on ch since the last look (false: none,
+// or ch is nil); a true renudged starts a read, counted as a nudged poll.
+func (s *slots) renudged(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		s.nudged.Add(1)
+		s.polls.Add(1)
+		return true
+	default:
+		return false
 	}
 }
 

@@ -85,7 +85,7 @@ func New(c *api.Client, opts Options) *Client {
 		// that blocking queries and polls stay within MaxWatches*17/16.
 		cl.slots = &slots{max: int64(opts.MaxWatches), every: opts.PollEvery, clock: opts.Clock, full: opts.Full,
 			reads: make(chan struct{}, max(8, opts.MaxWatches/16)), jitter: opts.Jitter,
-			waiting: map[string]map[chan struct{}]struct{}{}, pending: map[string]int{}, started: make(chan struct{})}
+			waiting: map[string]map[chan struct{}]struct{}{}, started: make(chan struct{})}
 	}
 	return cl
 }

@@ -1,0 +1,107 @@
+package watch
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestNudgeWhileReadingReadsAgain: two pollers of one Consul name (two
+// units with different tags) that the feed nudges while they read both
+// read again before they return, since the answer each has may predate
+// the change; neither takes the other's nudge, and none is left for a
+// later wait.
+func TestNudgeWhileReadingReadsAgain(t *testing.T) {
+	stop, release := make(chan struct{}), make(chan struct{})
+	inRead := make(chan string, 4)
+	var mu sync.Mutex
+	reads := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("index") != "" { // the watched service holds the slot
+			select {
+			case <-stop:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		tag := r.URL.Query().Get("tag")
+		mu.Lock()
+		reads[tag]++
+		n := reads[tag]
+		mu.Unlock()
+		if n == 1 {
+			inRead <- tag
+			select {
+			case <-release:
+			case <-stop:
+				return
+			}
+		}
+		w.Header().Set("X-Consul-Index", strconv.Itoa(7+n))
+		_, _ = w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	defer close(stop)
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk, Jitter: func() float64 { return 0.5 }})
+	ctx := t.Context()
+	go func() { _, _, _ = c.Health(ctx, "watched", 5) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Blocking != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watched service did not take the slot")
+		}
+		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
+	}
+	type answer struct {
+		index uint64
+		err   error
+	}
+	poll := func(tag string) chan answer {
+		done := make(chan answer, 1)
+		go func() { _, idx, err := c.HealthQuery(ctx, "b", Query{Tag: tag}, 5); done <- answer{idx, err} }()
+		return done
+	}
+	x, y := poll("x"), poll("y")
+	for c.Stats().Polling != 2 || clk.Waiters() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pollers waiting: %+v", c.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b := map[string]struct{}{"b": {}}
+	c.slots.nudge(b) // both read at once
+	for range 2 {
+		select {
+		case <-inRead:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("b not read after a nudge (stats %+v)", c.Stats())
+		}
+	}
+	c.slots.nudge(b) // while both read
+	close(release)
+	for tag, done := range map[string]chan answer{"x": x, "y": y} {
+		select {
+		case got := <-done:
+			if got.err != nil || got.index != 9 {
+				t.Errorf("poller of tag %s: index %d, %v; want 9 (its second read)", tag, got.index, got.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("poller of tag %s did not return", tag)
+		}
+	}
+	if s := c.Stats(); s.Polls != 4 || s.Nudged != 4 {
+		t.Errorf("stats %+v, want 4 polls, all nudged", s)
+	}
+}
