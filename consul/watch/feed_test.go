@@ -135,22 +135,10 @@ func TestFeedNudgesPollers(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop)
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk, Jitter: func() float64 { return 0.5 }})
+	c, clk := slotHeld(t, srv, "a", Options{PollEvery: time.Hour, Jitter: func() float64 { return 0.5 }})
 	ctx := t.Context()
 	go c.Run(ctx)
-	go func() { _, _, _ = c.Health(ctx, "a", 5) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats().Blocking != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("a did not take the slot")
-		}
-		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
-	}
 	poll := func(name string) chan error {
 		done := make(chan error, 1)
 		go func() { _, _, err := c.Health(ctx, name, 5); done <- err }()

@@ -49,21 +49,9 @@ func TestNudgeWhileReadingReadsAgain(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop)
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk, Jitter: func() float64 { return 0.5 }})
+	c, clk := slotHeld(t, srv, "watched", Options{PollEvery: time.Hour, Jitter: func() float64 { return 0.5 }})
 	ctx := t.Context()
-	go func() { _, _, _ = c.Health(ctx, "watched", 5) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats().Blocking != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the watched service did not take the slot")
-		}
-		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
-	}
 	type answer struct {
 		index uint64
 		err   error
@@ -104,4 +92,27 @@ func TestNudgeWhileReadingReadsAgain(t *testing.T) {
 	if s := c.Stats(); s.Polls != 4 || s.Nudged != 4 {
 		t.Errorf("stats %+v, want 4 polls, all nudged", s)
 	}
+}
+
+// slotHeld returns a Client of srv with opts (MaxWatches 1, a fake clock)
+// once a blocking query on service name holds its one slot; srv must hold
+// the queries that carry an index.
+func slotHeld(t *testing.T, srv *httptest.Server, name string, opts Options) (*Client, *clocktesting.FakeClock) {
+	t.Helper()
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	opts.MaxWatches, opts.Clock = 1, clk
+	c := New(a, opts)
+	go func() { _, _, _ = c.Health(t.Context(), name, 5) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Blocking != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not take the slot", name)
+		}
+		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
+	}
+	return c, clk
 }

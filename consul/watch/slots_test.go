@@ -177,21 +177,9 @@ func TestPollsReadAFewAtATime(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop)
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	c := New(a, Options{MaxWatches: 1, PollEvery: time.Second, Clock: clk, Jitter: func() float64 { return 0 }})
+	c, clk := slotHeld(t, srv, "watched", Options{PollEvery: time.Second, Jitter: func() float64 { return 0 }})
 	ctx := t.Context()
-	go func() { _, _, _ = c.Health(ctx, "watched", 5) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats().Blocking != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first query did not take the slot")
-		}
-		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
-	}
 	const pollers = 12
 	done := make(chan error, pollers)
 	for i := range pollers {
