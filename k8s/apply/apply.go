@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
@@ -73,10 +74,60 @@ func (w *Writer) owns(verb string, objs ...metav1.Object) error {
 	return nil
 }
 
-// send waits for the budget, then runs one request and reports it.
+// prepaidKey is the context key of a Prepay's tokens.
+type prepaidKey struct{}
+
+// prepaid is the tokens one Prepay took from w's budget.
+type prepaid struct {
+	w    *Writer
+	left atomic.Int64
+}
+
+// take spends one prepaid write, if one is left.
+func (p *prepaid) take() bool {
+	for {
+		n := p.left.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// Prepay takes min(n, burst) writes from the budget at once, waiting as
+// one write would for that many, and returns a ctx whose writes through w
+// spend them before waiting again: a flush that prepays its writes sends
+// them back to back instead of each queueing behind every other flush's.
+// Tokens never spent are not given back (the budget only ever counts more
+// writes than were sent, never fewer), so the QPS/burst contract holds.
+// A ctx that already carries w's prepaid writes gets n more (returned as
+// it is). n <= 0 or an unlimited budget returns ctx as it is.
+func (w *Writer) Prepay(ctx context.Context, n int) (context.Context, error) {
+	if n <= 0 || w.limiter.Limit() == rate.Inf {
+		return ctx, nil
+	}
+	n = min(n, w.limiter.Burst())
+	if err := w.limiter.WaitN(ctx, n); err != nil {
+		return ctx, fmt.Errorf("prepay %d writes: write budget: %w", n, err)
+	}
+	if p, ok := ctx.Value(prepaidKey{}).(*prepaid); ok && p.w == w {
+		p.left.Add(int64(n))
+		return ctx, nil
+	}
+	p := &prepaid{w: w}
+	p.left.Store(int64(n))
+	return context.WithValue(ctx, prepaidKey{}, p), nil
+}
+
+// send waits for the budget (or spends a token ctx prepaid), then runs one
+// request and reports it.
 func (w *Writer) send(ctx context.Context, verb, kind string, f func() error) error {
-	if err := w.limiter.Wait(ctx); err != nil {
-		return fmt.Errorf("%s %s: write budget: %w", verb, kind, err)
+	if p, ok := ctx.Value(prepaidKey{}).(*prepaid); !ok || p.w != w || !p.take() {
+		if err := w.limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("%s %s: write budget: %w", verb, kind, err)
+		}
 	}
 	err := f()
 	w.observe(verb, kind, err)

@@ -14,7 +14,9 @@
 //     resourceVersion preconditions. A conflict returns the API's error
 //     (apierrors.IsConflict): the caller re-reads and diffs again. There is
 //     no DeleteCollection and no write by label.
-//   - Every request waits for the Writer's budget (QPS, Burst) first.
+//   - Every request waits for the Writer's budget (QPS, Burst) first, or
+//     spends a token its ctx prepaid (Prepay): a flush's writes go out back
+//     to back; prepaid tokens left unspent are lost, never given back.
 //
 // The package imports nothing else of fleetsync's.
 package apply
