@@ -17,7 +17,10 @@ type Plan struct {
 }
 
 // Empty reports whether the plan writes nothing.
-func (p Plan) Empty() bool { return len(p.Create)+len(p.Update)+len(p.Delete) == 0 }
+func (p Plan) Empty() bool { return p.writes() == 0 }
+
+// writes is the number of requests the plan sends.
+func (p Plan) writes() int { return len(p.Create) + len(p.Update) + len(p.Delete) }
 
 // Diff is the plan that turns actual (the marked slices of the Service, as
 // read) into desired. Pure: it reads nothing else.

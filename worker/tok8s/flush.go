@@ -57,7 +57,6 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 	}
 	w.hold(heldObject(u, target, svc), kept, len(entries))
 	w.stats.wanted(len(eps))
-	var owner metav1.OwnerReference
 	if u.Mirror {
 		want := w.opts.Config.DesiredService(u, eps)
 		if want == nil && filtered {
@@ -73,27 +72,74 @@ func (w *Worker) flush(ctx context.Context) (wrote int, done bool, err error) {
 			w.log.Info("Mirror kind changed; replacing the Service", "from", KindOf(svc), "to", KindOf(want))
 			return w.deleteAll(ctx, slices, svc)
 		}
+		// The slices the Service will have, with the owner it has or
+		// will have (a UID only once created), so that the flush prepays
+		// the Service's write and its slices' together.
+		owner := OwnerOf(want.Name, "")
+		if svc != nil {
+			owner = OwnerOf(svc.Name, svc.UID)
+		}
+		plan := w.plan(u, eps, slices, owner)
+		writes := serviceWrites(want, svc) + plan.writes()
+		if svc == nil && w.takenSeen {
+			writes = 1 // a name found taken: its create only, no slices
+		}
+		if ctx, err = w.prepay(ctx, writes); err != nil {
+			return 0, false, err
+		}
 		n, got, err := w.ensureService(ctx, want, svc)
 		wrote += n
 		if err != nil || got == nil {
 			return wrote, false, err
 		}
 		svc, target = got, got
-		owner = OwnerOf(got.Name, got.UID)
-	} else {
-		if target == nil {
-			return 0, false, nil
+		if got.UID != owner.UID {
+			owner = OwnerOf(got.Name, got.UID)
+			plan = w.plan(u, eps, slices, owner)
 		}
-		owner = OwnerOf(target.Name, target.UID)
+		w.report(target, ReasonInstanceSkipped, problems)
+		n, err = w.apply(ctx, plan)
+		return wrote + n, false, err
+	}
+	if target == nil {
+		return 0, false, nil
 	}
 	w.report(target, ReasonInstanceSkipped, problems)
+	plan := w.plan(u, eps, slices, OwnerOf(target.Name, target.UID))
+	if ctx, err = w.prepay(ctx, plan.writes()); err != nil {
+		return 0, false, err
+	}
+	n, err := w.apply(ctx, plan)
+	return n, false, err
+}
+
+// plan is the diff of u's slices, owned by owner, against actual.
+func (w *Worker) plan(u Unit, eps []endpoint, actual []*discoveryv1.EndpointSlice, owner metav1.OwnerReference) Plan {
 	var desired []*discoveryv1.EndpointSlice
 	if !u.Mirror || w.opts.Config.HasSlices() {
-		desired = w.opts.Config.DesiredSlices(u, eps, slices, owner)
+		desired = w.opts.Config.DesiredSlices(u, eps, actual, owner)
 	}
-	plan := Diff(desired, slices)
-	n, err := w.apply(ctx, plan)
-	return wrote + n, false, err
+	return Diff(desired, actual)
+}
+
+// serviceWrites estimates the writes ensureService sends: one for a
+// create (an adoption prepays its second itself) or for an update of a
+// changed Service, none for one that is current.
+func serviceWrites(want, have *corev1.Service) int {
+	if have == nil || !SameService(want, have) {
+		return 1
+	}
+	return 0
+}
+
+// prepay takes a flush's estimated writes from the write budget at once, so
+// that they go out back to back instead of each queueing behind every
+// other flush's writes (a Service without its slices for the whole mirror).
+func (w *Worker) prepay(ctx context.Context, n int) (context.Context, error) {
+	if n == 0 {
+		return ctx, nil
+	}
+	return w.opts.Writer.Prepay(ctx, n)
 }
 
 // heldObject is the Service a hold's Event is about: the user's in import
@@ -123,6 +169,9 @@ func (w *Worker) ensureService(ctx context.Context, want, have *corev1.Service) 
 	got, err = w.opts.Writer.CreateService(ctx, want)
 	if apierrors.IsAlreadyExists(err) && w.opts.Config.AdoptConsulK8s {
 		u, _, _ := w.opts.Lookup()
+		if ctx, err = w.opts.Writer.Prepay(ctx, 1); err != nil { // the adoption's write, beyond the flush's estimate
+			return 1, nil, err
+		}
 		got, err = w.opts.Writer.AdoptService(ctx, want, w.opts.Config.adoptConsulK8s(u, want))
 		if err == nil {
 			w.log.Info("Adopted consul-k8s's Service of the mirrored name")

@@ -38,6 +38,10 @@ type Writer interface {
 	// AdoptService makes an unmarked Service fleetsync's when adopt says
 	// so (see k8s/apply.Writer.AdoptService).
 	AdoptService(ctx context.Context, svc *corev1.Service, adopt func(old *corev1.Service) (*corev1.Service, error)) (*corev1.Service, error)
+	// Prepay takes n writes from the write budget at once and returns a
+	// ctx whose writes spend them before waiting again; a ctx that carries
+	// prepaid writes gets n more (see k8s/apply.Writer.Prepay).
+	Prepay(ctx context.Context, n int) (context.Context, error)
 }
 
 // Reporter turns user-fixable problems into Kubernetes Events.

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetsync/fleetsync/consul/watch"
 )
@@ -20,11 +21,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fakeK8s is the owned cache and the writer at once: what is written is
 // what the next look sees (a cache that is never behind).
 type fakeK8s struct {
-	mu     sync.Mutex
-	slices map[string]*discoveryv1.EndpointSlice
-	rv     int
-	writes []string
-	wrote  chan string
+	mu      sync.Mutex
+	slices  map[string]*discoveryv1.EndpointSlice
+	svc     *corev1.Service // the mirrored Service, once created
+	rv      int
+	writes  []string
+	prepaid []int // each Prepay's n
+	wrote   chan string
 }
 
 func newFake() *fakeK8s {
@@ -40,7 +43,11 @@ func (f *fakeK8s) Slices(ns, name string) []*discoveryv1.EndpointSlice {
 	}
 	return out
 }
-func (f *fakeK8s) Service(ns, name string) (*corev1.Service, bool) { return nil, false }
+func (f *fakeK8s) Service(ns, name string) (*corev1.Service, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.svc, f.svc != nil
+}
 
 func (f *fakeK8s) record(verb string, s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	f.mu.Lock()
@@ -68,17 +75,37 @@ func (f *fakeK8s) DeleteSlice(_ context.Context, s *discoveryv1.EndpointSlice) e
 	f.record("delete", s)
 	return nil
 }
-func (f *fakeK8s) CreateService(context.Context, *corev1.Service) (*corev1.Service, error) {
-	return nil, errors.New("not in import mode")
+func (f *fakeK8s) CreateService(_ context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	return f.recordService("create", svc), nil
 }
-func (f *fakeK8s) UpdateService(context.Context, *corev1.Service, *corev1.Service) (*corev1.Service, error) {
-	return nil, errors.New("not in import mode")
+func (f *fakeK8s) UpdateService(_ context.Context, _, svc *corev1.Service) (*corev1.Service, error) {
+	return f.recordService("update", svc), nil
 }
 func (f *fakeK8s) DeleteService(context.Context, *corev1.Service) error {
-	return errors.New("not in import mode")
+	return errors.New("not in these tests")
 }
 func (f *fakeK8s) AdoptService(context.Context, *corev1.Service, func(*corev1.Service) (*corev1.Service, error)) (*corev1.Service, error) {
-	return nil, errors.New("not in import mode")
+	return nil, errors.New("not in these tests")
+}
+
+// recordService stores the mirrored Service (UID uid-<name>).
+func (f *fakeK8s) recordService(verb string, svc *corev1.Service) *corev1.Service {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rv++
+	svc = svc.DeepCopy()
+	svc.ResourceVersion, svc.UID = strconv.Itoa(f.rv), types.UID("uid-"+svc.Name)
+	f.svc = svc
+	f.writes = append(f.writes, verb+" svc/"+svc.Name)
+	return svc
+}
+
+// Prepay records n; the fake has no budget.
+func (f *fakeK8s) Prepay(ctx context.Context, n int) (context.Context, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prepaid = append(f.prepaid, n)
+	return ctx, nil
 }
 
 // fakeHealth answers the health query from a channel of answers: the first
