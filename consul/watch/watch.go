@@ -35,9 +35,10 @@ type Options struct {
 	// have gone back (a snapshot restore; see restores): every blocking
 	// query then reads from scratch.
 	Restored func()
-	// ReadTimeout ends a read Consul does not answer (default 10s, a
-	// deadline on the read's context); a blocking query has Wait and
-	// Consul's jitter (Wait/16) on top.
+	// ReadTimeout ends a read Consul does not answer (default 30s, a
+	// deadline on the read's context, long enough for a Consul that
+	// answers thousands of first reads at once over HTTP/2); a blocking
+	// query has Wait and Consul's jitter (Wait/16) on top.
 	ReadTimeout time.Duration
 	Clock       clock.Clock // default: real
 	// Jitter spreads the polls (default math/rand/v2.Float64; tests
@@ -68,7 +69,7 @@ func New(c *api.Client, opts Options) *Client {
 		opts.MaxStale = 5 * time.Second
 	}
 	if opts.ReadTimeout <= 0 {
-		opts.ReadTimeout = 10 * time.Second
+		opts.ReadTimeout = 30 * time.Second
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
