@@ -77,6 +77,8 @@ type feed struct {
 	state string
 	last  map[feedKey]feedCheck // nil before the first answer
 	start time.Time             // of the last read
+	// nodeFailures counts the answers in a row whose node reads failed.
+	nodeFailures int
 }
 
 func (f *feed) fetch(ctx context.Context, index uint64) ([]*api.HealthCheck, uint64, error) {
@@ -138,9 +140,20 @@ func (f *feed) deliver(ctx context.Context, checks []*api.HealthCheck) {
 		}
 	}
 	for n := range nodes {
-		if err := f.servicesOn(ctx, n, changed); err != nil && f.c.opts.FeedError != nil {
-			f.c.opts.FeedError(err, 1) // the node's pollers wait for their poll
+		if err := f.servicesOn(ctx, n, changed); err != nil {
+			// The pollers of this node and of the others left wait for
+			// their poll: the other reads would fail too, each up to
+			// ReadTimeout, while the feed reads nothing new.
+			if ctx.Err() != nil {
+				return
+			}
+			f.nodeFailures++
+			if f.c.opts.FeedError != nil {
+				f.c.opts.FeedError(err, f.nodeFailures)
+			}
+			break
 		}
+		f.nodeFailures = 0
 	}
 	if len(changed) > 0 {
 		f.c.slots.nudge(changed)

@@ -3,9 +3,11 @@ package watch
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +117,42 @@ func slotHeld(t *testing.T, srv *httptest.Server, name string, opts Options) (*C
 		time.Sleep(time.Millisecond) // no event to await: the stats are the signal
 	}
 	return c, clk
+}
+
+// TestFeedNodeReadsStopAtAFailure: when the checks of many nodes change
+// (an outage) and Consul fails the read of a node's services, the feed
+// reads no other node of that answer (each would fail too, up to
+// ReadTimeout each, and the feed would read nothing new meanwhile), and
+// FeedError counts the answers that failed so in a row, so that the
+// daemon's log thins out.
+func TestFeedNodeReadsStopAtAFailure(t *testing.T) {
+	var nodeReads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nodeReads.Add(1)
+		http.Error(w, "rpc error: no leader", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failures []int
+	c := New(a, Options{MaxWatches: 1, FeedError: func(_ error, n int) { failures = append(failures, n) }})
+	f := &feed{c: c, state: api.HealthCritical}
+	nodes := func(modify uint64) []*api.HealthCheck {
+		var out []*api.HealthCheck
+		for i := range 50 {
+			out = append(out, &api.HealthCheck{Node: "n" + strconv.Itoa(i), CheckID: "serfHealth", Status: "critical", ModifyIndex: modify})
+		}
+		return out
+	}
+	f.deliver(t.Context(), nil)
+	f.deliver(t.Context(), nodes(10))
+	f.deliver(t.Context(), nodes(11))
+	if n := nodeReads.Load(); n != 2 {
+		t.Errorf("%d node reads for two answers that Consul failed, want 2 (one each)", n)
+	}
+	if !slices.Equal(failures, []int{1, 2}) {
+		t.Errorf("FeedError told failures %v, want [1 2]", failures)
+	}
 }

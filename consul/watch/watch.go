@@ -29,7 +29,8 @@ type Options struct {
 	// Full, when set, is told the first time the cap is reached.
 	Full func()
 	// FeedError, when set, is told every failed read of the change feed
-	// (see Client.Run).
+	// and how many failed in a row (see Client.Run); a feed answer whose
+	// node reads fail counts once.
 	FeedError func(err error, failures int)
 	// Restored, when set, is told every time Consul's state is found to
 	// have gone back (a snapshot restore; see restores): every blocking
