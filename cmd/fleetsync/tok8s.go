@@ -245,7 +245,7 @@ func runToK8s(ctx context.Context, c toK8sConfig, fleet *toK8sFleet, restCfg *re
 		}
 	}
 	wopts.Restored = func() {
-		log.Warn("Consul -> Kubernetes: Consul's catalog index went back (a snapshot restore, or a Consul that lost its data); every watch reads its service again")
+		log.Warn("Consul -> Kubernetes: Consul's state went back (a snapshot restore, or a Consul that lost its data): the catalog query returned early or its index went back; every watch reads its service again")
 	}
 	w := conn.NewWatch(wopts)
 	fleet.metrics.SetWatches(w.Stats)

@@ -9,10 +9,11 @@
 // the answer in hand is delivered and the next query starts from 0 (from 1
 // for a 0, so that it blocks). A snapshot restore is found by the catalog
 // query (a return that is no change is checked by a read from scratch from
-// the leader) and makes every blocking query read from scratch: Consul
-// does not wake them with the restored state (see restores). Errors are
-// retried with backoff, the next query from 0 (a restarted server's index
-// is lower than the one held); no error ends a Loop, only its context. A read Consul does not
+// the leader, and one that came early is taken for a restore) and makes
+// every blocking query read from scratch: Consul does not wake them with
+// the restored state (see restores). Errors are retried with backoff, the
+// next query from 0 (a restarted server's index is lower than the one
+// held); no error ends a Loop, only its context. A read Consul does not
 // answer ends at Options.ReadTimeout (past Wait for a blocking one), an
 // error like any other.
 //

@@ -20,17 +20,22 @@ const restoreWindow = time.Second
 // read from scratch.
 //
 // Why it is needed (Consul 1.14): after a restore the X-Consul-Index of
-// each endpoint is that of the snapshot's data, lower than before. A
-// blocking query in flight returns at once, but with the old data at its
-// old index (not a change by the index rules), and the next one, asked
-// with that old index, blocks on the restored state until a write lands
-// past the old index or the wait passes: the restored state would reach
+// each endpoint is that of the snapshot's data, lower than before. The
+// catalog's blocking query in flight returns at once, but with the old
+// data at its old index (not a change by the index rules); the health
+// queries (Consul's streaming backend) are not woken at all; and a query
+// asked again with an old index blocks on the restored state until a write
+// lands past it or the wait passes: the restored state would reach
 // Kubernetes only minutes later. So a return of the catalog's query that
 // is no change is checked by a read from scratch from the leader (one read
 // per wait, or per restore): an index below the highest one read is a
-// restore. Then the blocking queries in flight are aborted and read from
-// scratch, and so do those that begin within restoreWindow; a read from
-// scratch whose index is the one held blocks on it.
+// restore, and so is a return before half the wait passed (a restore that
+// left the service names as they were, a check turned back, leaves the
+// catalog's index where it was: only the early return tells; a Consul
+// whose max_query_time is below half the wait would cost every watch one
+// read per wait). Then the blocking queries in flight are aborted and read
+// from scratch, and so do those that begin within restoreWindow; a read
+// from scratch whose index is the one held blocks on it.
 type restores struct {
 	clock clock.Clock
 	found func() // told each restore found; may be nil
@@ -48,11 +53,12 @@ func newRestores(clk clock.Clock, found func()) *restores {
 	return r
 }
 
-// catalogRead records a catalog index read from the leader; an index below
-// the highest one read is a restore.
-func (r *restores) catalogRead(index uint64) {
+// catalogRead records a catalog index read from the leader after a return
+// that was no change; an index below the highest one read is a restore,
+// and so is an early return (see Client.Services).
+func (r *restores) catalogRead(index uint64, early bool) {
 	r.mu.Lock()
-	back := index < r.catalog
+	back := index < r.catalog || early
 	r.catalog = index
 	if !back {
 		r.mu.Unlock()

@@ -23,6 +23,8 @@ import (
 // query at the current index or higher (the streaming backend is not woken
 // by a restore); a read at index 0 answers the current index.
 type restoringConsul struct {
+	// held, when set, runs before a held catalog query returns.
+	held            func()
 	mu              sync.Mutex
 	catalog, health uint64
 	restored        chan struct{} // closed by restore
@@ -50,6 +52,12 @@ func (s *restoringConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-s.restored:
 			case <-r.Context().Done():
 				return
+			}
+			s.mu.Lock()
+			held := s.held
+			s.mu.Unlock()
+			if held != nil {
+				held()
 			}
 		case index > catalog:
 			<-r.Context().Done()
@@ -197,10 +205,13 @@ func TestRestoreFoundReadsAgain(t *testing.T) {
 
 // TestNoRestoreOnAWaitPassed: a catalog query whose wait passed returns
 // its index unchanged; the leader's read finds the same index: no
-// restore, and a health query in flight stays.
+// restore, and a health query in flight stays. The same return before
+// half the wait is a restore that left the catalog's index as it was.
 func TestNoRestoreOnAWaitPassed(t *testing.T) {
 	s := newRestoringConsul(35, 31)
 	close(s.restored) // every catalog query returns at once: its wait passed
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	s.held = func() { clk.Step(time.Minute) }
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close) // after t.Context() ends, which ends the queries held
 	a, err := api.NewClient(&api.Config{Address: srv.URL})
@@ -208,7 +219,7 @@ func TestNoRestoreOnAWaitPassed(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := 0
-	c := New(a, Options{Wait: time.Minute, MaxStale: -1, Restored: func() { found++ }})
+	c := New(a, Options{Wait: time.Minute, MaxStale: -1, Clock: clk, Restored: func() { found++ }})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { _, _, err := c.Health(ctx, "web", 31); done <- err }()
@@ -225,8 +236,30 @@ func TestNoRestoreOnAWaitPassed(t *testing.T) {
 		t.Fatalf("health query ended: %v", err)
 	default:
 	}
+	if found != 0 {
+		t.Fatalf("restores found %d, want 0", found)
+	}
+
+	s.mu.Lock()
+	s.held = nil // the next return comes at once: a restore woke it
+	s.mu.Unlock()
+	if _, idx, err := c.Services(ctx, 35); err != nil || idx != 35 || found != 1 {
+		t.Fatalf("catalog query: %d, %v, restores found %d; want 35 and 1", idx, err, found)
+	}
+	// The health query in flight reads from scratch, finds its index
+	// unchanged and blocks on it again.
+	for _, want := range []uint64{0, 31} {
+		select {
+		case i := <-s.healthAsked:
+			if i != want {
+				t.Fatalf("health asked again at %d, want %d", i, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("health query not asked again at %d after the early return", want)
+		}
+	}
 	cancel()
-	if err := <-done; err == nil || found != 0 {
-		t.Fatalf("health query ended with %v, restores found %d; want its context's error and 0", err, found)
+	if err := <-done; err == nil {
+		t.Fatal("health query ended without its context's error")
 	}
 }

@@ -165,18 +165,21 @@ type Catalog struct {
 // Services returns every service name in the catalog and its tags, once the
 // catalog's index differs from index (at once for 0), or Wait passed. A
 // return that is no change is checked by a read from scratch from the
-// leader, which finds a restore of Consul's state (see restores).
+// leader, which finds a restore of Consul's state (see restores); one
+// before half the wait passed is taken for a restore.
 func (c *Client) Services(ctx context.Context, index uint64) (Catalog, uint64, error) {
 	read := func(ctx context.Context, index uint64, stale bool) (map[string][]string, *api.QueryMeta, error) {
 		q, done := c.query(ctx, index, stale)
 		m, meta, err := c.api.Catalog().Services(q)
 		return m, meta, done(err)
 	}
+	start := c.opts.Clock.Now()
 	m, meta, err := ask(ctx, c, index, c.opts.MaxStale > 0, read)
 	if err == nil && index != 0 && meta.LastIndex == index {
+		early := c.opts.Clock.Since(start) < c.opts.Wait/2
 		m, meta, err = ask(ctx, c, 0, false, read)
 		if err == nil {
-			c.restores.catalogRead(meta.LastIndex)
+			c.restores.catalogRead(meta.LastIndex, early)
 		}
 	} else if err == nil {
 		c.restores.catalogSeen(meta.LastIndex)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/fleetsync/fleetsync/test/fixture"
 	"github.com/fleetsync/fleetsync/test/stack"
 )
 
@@ -93,7 +94,8 @@ func (l *writeLog) sorted() []string {
 // on the restored state until a write lands past it or the wait (5 min)
 // passes. So the restore reaches Kubernetes only because the catalog
 // watch checks a return that is no change by a read from scratch, finds
-// the index gone back and makes every health watch read from scratch
+// the index gone back (or the return early: TestToK8sSnapshotRestoreImport)
+// and makes every health watch read from scratch
 // (consul/watch/restore.go); then each watch sees its index go back, which
 // the index rules treat as a full re-read.
 func TestToK8sSnapshotRestore(t *testing.T) {
@@ -192,7 +194,7 @@ func TestToK8sSnapshotRestore(t *testing.T) {
 	initial()
 	t.Logf("FIGURES %s: the snapshot's state mirrored %s after the restore began", t.Name(), time.Since(start).Round(time.Millisecond))
 
-	if !strings.Contains(d.LogTail(200), "catalog index went back") {
+	if !strings.Contains(d.LogTail(200), "Consul's state went back") {
 		t.Errorf("no restore found in the log")
 	}
 
@@ -214,5 +216,45 @@ func TestToK8sSnapshotRestore(t *testing.T) {
 	slices.Sort(changed)
 	if got := e.changedSince(before); !slices.Equal(got, changed) {
 		t.Errorf("objects changed by the restore: %v, want %v", got, changed)
+	}
+}
+
+// TestToK8sSnapshotRestoreImport: import mode, and a restore that turns a
+// check back to passing and leaves every service name as it was: the
+// catalog's index stays where it was, and only the catalog query's early
+// return tells of the restore. The slice is back within seconds (not at
+// the end of the health query's 5 min wait), in one write.
+func TestToK8sSnapshotRestoreImport(t *testing.T) {
+	e := newEnv(t)
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
+	must(t, err)
+	t.Cleanup(func() { _ = own.Stop() })
+	p := e.cluster + "m"
+	consulName, svc := p+"-pg", p+"-db"
+	vmOn(t, own.Client, p+"-vm1", "10.89.9.1", consulName, 5432, "passing")
+	ann := map[string]string{"fleetsync.io/consul-service": consulName}
+	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, svc, ann, map[string]int32{"pg": 5432})))
+	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
+		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--to-k8s-import"}})
+	must(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
+		}
+		d.CloseT(t)
+	})
+	passing := svc + "-4-5432-0[IPv4:5432]: 10.89.9.1=true/true/false"
+	e.waitSlices(svc, passing)
+	snap, err := own.SnapshotSave(e.ctx)
+	must(t, err)
+	vmOn(t, own.Client, p+"-vm1", "10.89.9.1", consulName, 5432, "critical")
+	e.waitSlices(svc, svc+"-4-5432-0[IPv4:5432]: 10.89.9.1=false/false/false")
+
+	log := e.k8sWriteLog()
+	must(t, own.SnapshotRestore(e.ctx, snap))
+	e.waitSlices(svc, passing)
+	time.Sleep(3 * time.Second) // a quiet interval: no further write may come; nothing to await
+	if got, want := log.sorted(), []string{"slice/" + svc + "-4-5432-0 update"}; !slices.Equal(got, want) {
+		t.Errorf("Kubernetes writes after the restore: %v, want exactly %v", got, want)
 	}
 }
