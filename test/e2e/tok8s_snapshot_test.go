@@ -77,6 +77,73 @@ func (l *writeLog) sorted() []string {
 	return slices.Sorted(slices.Values(l.ops))
 }
 
+// snapFleet is a test's own Consul agent (a restore is Consul-wide) and
+// its services p-<i>, instance j (1-based) of service i at 10.89.i.j:8443
+// on node p-vm<i>-<j>, mirrored into e.ns.
+type snapFleet struct {
+	e   *env
+	own *stack.Consul
+	p   string
+}
+
+const snapPort = 8443
+
+func newSnapFleet(e *env, suffix string) *snapFleet {
+	e.t.Helper()
+	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
+	must(e.t, err)
+	e.t.Cleanup(func() { _ = own.Stop() })
+	return &snapFleet{e: e, own: own, p: e.cluster + suffix}
+}
+
+func (f *snapFleet) name(i int) string { return fmt.Sprintf("%s-%d", f.p, i) }
+
+func (f *snapFleet) register(i, j int, status string) {
+	f.e.t.Helper()
+	node, id := fmt.Sprintf("%s-vm%d-%d", f.p, i, j), fmt.Sprintf("%s-%d-%d", f.p, i, j)
+	_, err := f.own.Client.Catalog().Register(&consulapi.CatalogRegistration{
+		Node: node, Address: fmt.Sprintf("10.89.%d.%d", i, j), SkipNodeUpdate: true,
+		Service: &consulapi.AgentService{ID: id, Service: f.name(i), Port: snapPort},
+		Checks:  consulapi.HealthChecks{{Node: node, CheckID: "check-" + id, Name: "check", Status: status, ServiceID: id}},
+	}, nil)
+	must(f.e.t, err)
+}
+
+func (f *snapFleet) deregister(i, j int) {
+	f.e.t.Helper()
+	_, err := f.own.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: fmt.Sprintf("%s-vm%d-%d", f.p, i, j)}, nil)
+	must(f.e.t, err)
+}
+
+// slice is the name of service i's one slice.
+func (f *snapFleet) slice(i int) string { return fmt.Sprintf("%s-4-%d-0", f.name(i), snapPort) }
+
+// waitView waits until service i's slice holds its instances with the
+// readiness ready[j-1], as sliceView shows it.
+func (f *snapFleet) waitView(i int, ready ...bool) {
+	f.e.t.Helper()
+	var eps []string
+	for j, r := range ready {
+		eps = append(eps, fmt.Sprintf("10.89.%d.%d=%v/%v/false", i, j+1, r, r))
+	}
+	f.e.waitSlices(f.name(i), fmt.Sprintf("%s[IPv4:%d]: %s", f.slice(i), snapPort, strings.Join(eps, " ")))
+}
+
+// waitGone waits until service i's Service and slices are gone.
+func (f *snapFleet) waitGone(i int) {
+	f.e.t.Helper()
+	e := f.e
+	eventually(e.t, 20*time.Second, "mirrored Service "+f.name(i)+" deleted", func() error {
+		if _, err := kube.Client.CoreV1().Services(e.ns).Get(e.ctx, f.name(i), metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("service %s still there", f.name(i))
+		}
+		if s, err := sliceView(e.ctx, e.t, e.ns, f.name(i)); err != nil || s != "" {
+			return fmt.Errorf("slices left: %q, %v", s, err)
+		}
+		return nil
+	})
+}
+
 // TestToK8sSnapshotRestore: Consul restored from a snapshot taken before
 // a service was deregistered, one added, a check turned critical and an
 // instance added: fleetsync writes exactly the differences back (the
@@ -100,80 +167,37 @@ func (l *writeLog) sorted() []string {
 // the index rules treat as a full re-read.
 func TestToK8sSnapshotRestore(t *testing.T) {
 	e := newEnv(t)
-	// A restore is Consul-wide: an agent of the test's own.
-	own, err := stack.StartConsul(e.ctx, stack.ConsulOptions{ExtraArgs: []string{quietConsul}})
-	must(t, err)
-	t.Cleanup(func() { _ = own.Stop() })
-	p := e.cluster + "s"
-	const port = 8443
-	// instance j (1-based) of service i is 10.89.i.j on node p-vm<i>-<j>.
-	register := func(i, j int, status string) {
-		t.Helper()
-		node, id := fmt.Sprintf("%s-vm%d-%d", p, i, j), fmt.Sprintf("%s-%d-%d", p, i, j)
-		_, err := own.Client.Catalog().Register(&consulapi.CatalogRegistration{
-			Node: node, Address: fmt.Sprintf("10.89.%d.%d", i, j), SkipNodeUpdate: true,
-			Service: &consulapi.AgentService{ID: id, Service: fmt.Sprintf("%s-%d", p, i), Port: port},
-			Checks:  consulapi.HealthChecks{{Node: node, CheckID: "check-" + id, Name: "check", Status: status, ServiceID: id}},
-		}, nil)
-		must(t, err)
-	}
-	deregister := func(i, j int) {
-		t.Helper()
-		_, err := own.Client.Catalog().Deregister(&consulapi.CatalogDeregistration{Node: fmt.Sprintf("%s-vm%d-%d", p, i, j)}, nil)
-		must(t, err)
-	}
-	name := func(i int) string { return fmt.Sprintf("%s-%d", p, i) }
-	// view is service i's slice with its instances' readiness, as sliceView
-	// shows it.
-	view := func(i int, ready ...bool) string {
-		var eps []string
-		for j, r := range ready {
-			eps = append(eps, fmt.Sprintf("10.89.%d.%d=%v/%v/false", i, j+1, r, r))
-		}
-		return fmt.Sprintf("%s-4-%d-0[IPv4:%d]: %s", name(i), port, port, strings.Join(eps, " "))
-	}
-	gone := func(i int) {
-		t.Helper()
-		eventually(t, 20*time.Second, "mirrored Service "+name(i)+" deleted", func() error {
-			if _, err := kube.Client.CoreV1().Services(e.ns).Get(e.ctx, name(i), metav1.GetOptions{}); err == nil {
-				return fmt.Errorf("service %s still there", name(i))
-			}
-			if s, err := sliceView(e.ctx, t, e.ns, name(i)); err != nil || s != "" {
-				return fmt.Errorf("slices left: %q, %v", s, err)
-			}
-			return nil
-		})
-	}
-
+	f := newSnapFleet(e, "s")
+	own, name := f.own, f.name
 	// Five services of two passing instances: 1 and 5 stay as they are,
 	// 2 gains an instance, 3 has one turn critical, 4 is deregistered;
 	// 6 is added.
 	for i := 1; i <= 5; i++ {
-		register(i, 1, "passing")
-		register(i, 2, "passing")
+		f.register(i, 1, "passing")
+		f.register(i, 2, "passing")
 	}
-	d := e.mirrorOn(own, "", 0, nil, "--to-k8s-allow="+p+"-*") // no names: waited for below
+	d := e.mirrorOn(own, "", 0, nil, "--to-k8s-allow="+f.p+"-*") // no names: waited for below
 	initial := func() {
 		t.Helper()
 		for i := 1; i <= 5; i++ {
-			e.waitSlices(name(i), view(i, true, true))
+			f.waitView(i, true, true)
 		}
-		gone(6)
+		f.waitGone(6)
 	}
 	initial()
 	snap, err := own.SnapshotSave(e.ctx)
 	must(t, err)
 
-	register(2, 3, "passing")
-	register(3, 2, "critical")
-	deregister(4, 1)
-	deregister(4, 2)
-	register(6, 1, "passing")
-	register(6, 2, "passing")
-	e.waitSlices(name(2), view(2, true, true, true))
-	e.waitSlices(name(3), view(3, true, false))
-	gone(4)
-	e.waitSlices(name(6), view(6, true, true))
+	f.register(2, 3, "passing")
+	f.register(3, 2, "critical")
+	f.deregister(4, 1)
+	f.deregister(4, 2)
+	f.register(6, 1, "passing")
+	f.register(6, 2, "passing")
+	f.waitView(2, true, true, true)
+	f.waitView(3, true, false)
+	f.waitGone(4)
+	f.waitView(6, true, true)
 
 	before := e.marked()
 	log := e.k8sWriteLog()
@@ -200,10 +224,10 @@ func TestToK8sSnapshotRestore(t *testing.T) {
 
 	time.Sleep(3 * time.Second) // a quiet interval: no further write may come; nothing to await
 	want := []string{
-		"slice/" + name(2) + "-4-8443-0 update",
-		"slice/" + name(3) + "-4-8443-0 update",
-		"slice/" + name(4) + "-4-8443-0 create",
-		"slice/" + name(6) + "-4-8443-0 delete",
+		"slice/" + f.slice(2) + " update",
+		"slice/" + f.slice(3) + " update",
+		"slice/" + f.slice(4) + " create",
+		"slice/" + f.slice(6) + " delete",
 		"svc/" + name(4) + " create",
 		"svc/" + name(6) + " delete",
 	}
@@ -211,8 +235,8 @@ func TestToK8sSnapshotRestore(t *testing.T) {
 	if got := log.sorted(); !slices.Equal(got, want) {
 		t.Errorf("Kubernetes writes after the restore:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	changed := []string{"slice/" + name(2) + "-4-8443-0", "slice/" + name(3) + "-4-8443-0", "slice/" + name(4) + "-4-8443-0 (new)",
-		"slice/" + name(6) + "-4-8443-0", "svc/" + name(4) + " (new)", "svc/" + name(6)}
+	changed := []string{"slice/" + f.slice(2), "slice/" + f.slice(3), "slice/" + f.slice(4) + " (new)",
+		"slice/" + f.slice(6), "svc/" + name(4) + " (new)", "svc/" + name(6)}
 	slices.Sort(changed)
 	if got := e.changedSince(before); !slices.Equal(got, changed) {
 		t.Errorf("objects changed by the restore: %v, want %v", got, changed)
@@ -255,6 +279,57 @@ func TestToK8sSnapshotRestoreImport(t *testing.T) {
 	e.waitSlices(svc, passing)
 	time.Sleep(3 * time.Second) // a quiet interval: no further write may come; nothing to await
 	if got, want := log.sorted(), []string{"slice/" + svc + "-4-5432-0 update"}; !slices.Equal(got, want) {
+		t.Errorf("Kubernetes writes after the restore: %v, want exactly %v", got, want)
+	}
+}
+
+// TestToK8sSnapshotRestoreGuard: a restore that drops three of five
+// mirrored services (more than half) is held by the mass-deletion guard:
+// nothing is deleted within --to-k8s-deletion-grace; after it the catalog
+// is read again and the three Services and their slices are deleted,
+// nothing else written.
+func TestToK8sSnapshotRestoreGuard(t *testing.T) {
+	e := newEnv(t)
+	f := newSnapFleet(e, "g")
+	for i := 1; i <= 2; i++ {
+		f.register(i, 1, "passing")
+	}
+	const grace = 5 * time.Second
+	d := e.mirrorOn(f.own, "", 0, nil, "--to-k8s-allow="+f.p+"-*", "--to-k8s-deletion-grace="+grace.String())
+	f.waitView(1, true)
+	f.waitView(2, true)
+	snap, err := f.own.SnapshotSave(e.ctx)
+	must(t, err)
+	for i := 3; i <= 5; i++ {
+		f.register(i, 1, "passing")
+		f.waitView(i, true)
+	}
+
+	log := e.k8sWriteLog()
+	must(t, f.own.SnapshotRestore(e.ctx, snap))
+	restored := time.Now()
+	eventually(t, 20*time.Second, "the guard holding the mass drop", func() error {
+		if !strings.Contains(d.LogTail(500), "drops most mirrored Services; holding") {
+			return fmt.Errorf("no hold in the log")
+		}
+		return nil
+	})
+	if got := log.sorted(); len(got) != 0 && time.Since(restored) < grace {
+		t.Fatalf("within the grace period: written %v", got)
+	}
+	for i := 3; i <= 5; i++ {
+		f.waitGone(i)
+	}
+	if held := time.Since(restored); held < grace {
+		t.Errorf("deleted %s after the restore, before the grace period of %s passed", held.Round(time.Millisecond), grace)
+	}
+	time.Sleep(2 * time.Second) // a quiet interval: no further write may come; nothing to await
+	var want []string
+	for i := 3; i <= 5; i++ {
+		want = append(want, "slice/"+f.slice(i)+" delete", "svc/"+f.name(i)+" delete")
+	}
+	slices.Sort(want)
+	if got := log.sorted(); !slices.Equal(got, want) {
 		t.Errorf("Kubernetes writes after the restore: %v, want exactly %v", got, want)
 	}
 }
