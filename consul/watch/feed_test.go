@@ -253,12 +253,12 @@ func TestFeedNudgesPollers(t *testing.T) {
 // reads again only 200 ms later (feedPerCheck), not after feedGap.
 func TestFeedSpacesLongAnswers(t *testing.T) {
 	stop := make(chan struct{})
-	feed := newFakeChecks()
+	consul := newFakeChecks()
 	var many []*api.HealthCheck
 	for i := range 10000 {
 		many = append(many, &api.HealthCheck{Node: "n", CheckID: strconv.Itoa(i), ServiceName: "s", Status: "critical", ModifyIndex: 2})
 	}
-	feed.set(many...)
+	consul.set(many...)
 	reads := make(chan struct{}, 16)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/v1/health/state/") {
@@ -268,7 +268,7 @@ func TestFeedSpacesLongAnswers(t *testing.T) {
 		if r.URL.Path == "/v1/health/state/critical" {
 			reads <- struct{}{}
 		}
-		feed.serve(w, r, stop)
+		consul.serve(w, r, stop)
 	}))
 	defer srv.Close()
 	defer close(stop)
@@ -278,17 +278,19 @@ func TestFeedSpacesLongAnswers(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk})
-	c.slots.start.Do(func() { close(c.slots.started) }) // as the first poll does
-	go c.Run(t.Context())
+	// The critical state's feed alone: its gap timer is then the clock's
+	// only one.
+	f := &feed{c: c, state: api.HealthCritical}
+	go Loop(t.Context(), f.fetch, func(checks []*api.HealthCheck) { f.deliver(t.Context(), checks) }, LoopOptions{Clock: clk})
 	select {
 	case <-reads: // the first read, at once
 	case <-time.After(10 * time.Second):
 		t.Fatal("the feed did not read the critical checks")
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for clk.Waiters() != 2 { // both states' gap timers are the event; the fake clock has no channel for it
+	for !clk.HasWaiters() { // the gap's timer is the event; the fake clock has no channel for it
 		if time.Now().After(deadline) {
-			t.Fatal("the feed did not wait before its second read")
+			t.Fatalf("the feed did not wait before its second read (%d timers)", clk.Waiters())
 		}
 		time.Sleep(time.Millisecond)
 	}
