@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer, perWorker int) *Metrics {
 		Help: "Health reads of to-k8s workers past --to-k8s-max-watches: each a poll instead of a blocking query."},
 		func() float64 { return float64(m.watchStats().Polls) })
 	f.NewCounterFunc(prometheus.CounterOpts{Name: "fleetsync_tok8s_health_nudged_polls_total",
-		Help: "Polls past --to-k8s-max-watches that the change feed (a blocking query on the checks not passing) started before their interval, because their service's checks changed."},
+		Help: "Polls past --to-k8s-max-watches that the change feed (blocking queries on the checks critical and warning) started before their interval, because their service's checks changed."},
 		func() float64 { return float64(m.watchStats().Nudged) })
 	reg.MustRegister(m)
 	return m
