@@ -511,7 +511,7 @@ func (w *world) afterRestore(ctx context.Context) error {
 // compact compacts etcd to its current revision (etcd's JSON gateway).
 func (w *world) compact(ctx context.Context) error {
 	post := func(path, body string) (map[string]any, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.kube.EtcdURL+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.kube.EtcdHTTPURL+path, strings.NewReader(body))
 		if err != nil {
 			return nil, err
 		}

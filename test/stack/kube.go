@@ -55,8 +55,9 @@ type Kube struct {
 	AdminToken string
 	// CAPEM is the CA that signed the apiserver's serving certificate.
 	CAPEM []byte
-	// EtcdURL is etcd's client URL.
-	EtcdURL string
+	// EtcdURL is etcd's client URL (gRPC only); EtcdHTTPURL serves its
+	// HTTP endpoints (/health, the JSON gateway).
+	EtcdURL, EtcdHTTPURL string
 	// Dir is the temp dir with etcd's data, certs, keys and logs; Stop
 	// removes it.
 	Dir string
@@ -131,20 +132,27 @@ func startKubeOnce(ctx context.Context, etcdBin, apiBin string, opts KubeOptions
 			_ = k.Stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
-	clientPort, peerPort, apiPort := ports[0], ports[1], ports[2]
+	clientPort, peerPort, apiPort, httpPort := ports[0], ports[1], ports[2], ports[3]
 
-	// etcd first: it boots while we generate keys.
+	// etcd first: it boots while we generate keys. gRPC and HTTP on
+	// separate ports: on one port etcd serves gRPC through net/http's
+	// HTTP/2, which allows 250 streams per connection, and the API
+	// server's transactions queued behind its watches once three
+	// replicas wrote thousands of Services (Txn "context deadline
+	// exceeded" without reaching etcd).
 	k.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	k.EtcdHTTPURL = "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	k.Etcd, err = StartProcess(ctx, "etcd", etcdBin, []string{
 		"--name=fleetsync-test",
 		"--data-dir=" + filepath.Join(dir, "etcd-data"),
 		"--listen-client-urls=" + k.EtcdURL,
 		"--advertise-client-urls=" + k.EtcdURL,
+		"--listen-client-http-urls=" + k.EtcdHTTPURL,
 		"--listen-peer-urls=" + peerURL,
 		"--initial-advertise-peer-urls=" + peerURL,
 		"--initial-cluster=fleetsync-test=" + peerURL,
@@ -184,7 +192,7 @@ func startKubeOnce(ctx context.Context, etcdBin, apiBin string, opts KubeOptions
 	etcdClient := &http.Client{Timeout: 2 * time.Second}
 	defer etcdClient.CloseIdleConnections()
 	if err := waitFor(ctx, "etcd /health", []*Process{k.Etcd}, func(ctx context.Context) (bool, error) {
-		code, _, err := httpGet(ctx, etcdClient, k.EtcdURL+"/health", "")
+		code, _, err := httpGet(ctx, etcdClient, k.EtcdHTTPURL+"/health", "")
 		return code == http.StatusOK, err
 	}); err != nil {
 		return nil, err
