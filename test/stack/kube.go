@@ -139,11 +139,9 @@ func startKubeOnce(ctx context.Context, etcdBin, apiBin string, opts KubeOptions
 	clientPort, peerPort, apiPort, httpPort := ports[0], ports[1], ports[2], ports[3]
 
 	// etcd first: it boots while we generate keys. gRPC and HTTP on
-	// separate ports: on one port etcd serves gRPC through net/http's
-	// HTTP/2, which allows 250 streams per connection, and the API
-	// server's transactions queued behind its watches once three
-	// replicas wrote thousands of Services (Txn "context deadline
-	// exceeded" without reaching etcd).
+	// separate ports, so that gRPC is served by etcd's own gRPC server
+	// (on one port it goes through net/http's HTTP/2, which allows 250
+	// streams per connection).
 	k.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	k.EtcdHTTPURL = "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
