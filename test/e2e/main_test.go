@@ -94,8 +94,21 @@ func (e *env) daemon(args ...string) *fixture.Daemon {
 
 func (e *env) daemonFor(cluster string, namespaces []string, args ...string) *fixture.Daemon {
 	e.t.Helper()
+	return e.daemonAt(consul.Addr, cluster, namespaces, args...)
+}
+
+// daemonOn is the test's daemon against its own Consul.
+func (e *env) daemonOn(own *stack.Consul, args ...string) *fixture.Daemon {
+	e.t.Helper()
+	return e.daemonAt(own.Addr, e.cluster, []string{e.ns}, args...)
+}
+
+// daemonAt starts fleetsync against the Consul at addr; its log tail is
+// printed when the test fails, and it is stopped at the test's end.
+func (e *env) daemonAt(addr, cluster string, namespaces []string, args ...string) *fixture.Daemon {
+	e.t.Helper()
 	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{
-		ClusterID: cluster, Kubeconfig: kube.KubeconfigPath, ConsulAddr: consul.Addr,
+		ClusterID: cluster, Kubeconfig: kube.KubeconfigPath, ConsulAddr: addr,
 		Namespaces: namespaces, Args: args,
 		// client-go's check of every watch-list sync: it lists again and
 		// compares, through the informers' transforms, with the cache (a

@@ -87,21 +87,6 @@ func (e *env) importService(name, consulName, portName string, port int32) {
 	})
 }
 
-// daemonOn starts fleetsync with args against own, stopped at cleanup.
-func (e *env) daemonOn(own *stack.Consul, args ...string) *fixture.Daemon {
-	e.t.Helper()
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: args})
-	must(e.t, err)
-	e.t.Cleanup(func() {
-		if e.t.Failed() {
-			e.t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
-		}
-		d.CloseT(e.t)
-	})
-	return d
-}
-
 // TestToK8sConsulDownThenEmpty: Consul unreachable: nothing is deleted.
 // Consul back empty (a dev agent keeps nothing): the answer that drops
 // every mirrored Service and the import-mode one is held for

@@ -72,17 +72,7 @@ func TestToK8sHTTP2(t *testing.T) {
 		if tls {
 			args = append([]string{"--consul-ssl", "--consul-ca-file=" + caFile}, args...)
 		}
-		d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-			ConsulAddr: addr, Namespaces: []string{e.ns},
-			Args: append([]string{"--to-k8s", "--k8s-write-namespace=" + e.ns}, args...)})
-		must(t, err)
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("%s log tail:\n%s", d.Name, d.LogTail(60))
-			}
-			d.CloseT(t)
-		})
-		return d
+		return e.daemonAt(addr, e.cluster, []string{e.ns}, append([]string{"--to-k8s", "--k8s-write-namespace=" + e.ns}, args...)...)
 	}
 
 	// Default flags but the poll interval (an hour: nothing may wait for

@@ -258,15 +258,7 @@ func TestToK8sSnapshotRestoreImport(t *testing.T) {
 	vmOn(t, own.Client, p+"-vm1", "10.89.9.1", consulName, 5432, "passing")
 	ann := map[string]string{"fleetsync.io/consul-service": consulName}
 	must(t, fixture.ApplyService(e.ctx, kube.Client, fixture.Service(e.ns, svc, ann, map[string]int32{"pg": 5432})))
-	d, err := fixture.StartDaemon(e.ctx, fixture.DaemonConfig{ClusterID: e.cluster, Kubeconfig: kube.KubeconfigPath,
-		ConsulAddr: own.Addr, Namespaces: []string{e.ns}, Args: []string{"--to-k8s-import"}})
-	must(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fleetsync log tail:\n%s", d.LogTail(80))
-		}
-		d.CloseT(t)
-	})
+	e.daemonOn(own, "--to-k8s-import")
 	passing := svc + "-4-5432-0[IPv4:5432]: 10.89.9.1=true/true/false"
 	e.waitSlices(svc, passing)
 	snap, err := own.SnapshotSave(e.ctx)
