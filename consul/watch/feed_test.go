@@ -272,10 +272,7 @@ func TestFeedSpacesLongAnswers(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop)
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := New(a, Options{MaxWatches: 1, PollEvery: time.Hour, Clock: clk})
 	// The critical state's feed alone: its gap timer is then the clock's

@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // TestHealthAnswerFlags: the health answer carries Consul's
@@ -36,10 +34,7 @@ func TestHealthAnswerFlags(t *testing.T) {
 				_, _ = w.Write([]byte(`[{"Node":{"Node":"vm1","Address":"10.0.0.1"},"Service":{"ID":"web-1","Service":"web","Port":80}}]`))
 			}))
 			defer srv.Close()
-			c, err := api.NewClient(&api.Config{Address: srv.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := apiOf(t, srv)
 			got, index, err := New(c, Options{Wait: time.Minute, MaxStale: -1}).Health(context.Background(), "web", 3)
 			if err != nil || index != 9 || len(got.Entries) != 1 {
 				t.Fatalf("Health: %+v, index %d, %v", got, index, err)

@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,10 +100,7 @@ func TestNudgeWhileReadingReadsAgain(t *testing.T) {
 // the queries that carry an index.
 func slotHeld(t *testing.T, srv *httptest.Server, name string, opts Options) (*Client, *clocktesting.FakeClock) {
 	t.Helper()
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	clk := clocktesting.NewFakeClock(time.Now())
 	opts.MaxWatches, opts.Clock = 1, clk
 	c := New(a, opts)
@@ -132,10 +128,7 @@ func TestFeedNodeReadsStopAtAFailure(t *testing.T) {
 		http.Error(w, "rpc error: no leader", http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	var failures []int
 	c := New(a, Options{MaxWatches: 1, FeedError: func(_ error, n int) { failures = append(failures, n) }})
 	f := &feed{c: c, state: api.HealthCritical}

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // TestHealthQueryShape records the health reads a Query makes: namespace
@@ -24,10 +22,7 @@ func TestHealthQueryShape(t *testing.T) {
 		_, _ = w.Write([]byte("[]"))
 	}))
 	defer srv.Close()
-	c, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := apiOf(t, srv)
 	w := New(c, Options{Wait: time.Minute, MaxStale: -1, Datacenter: "dc0", Namespace: "ns0", Partition: "p0"})
 	tests := []struct {
 		name string

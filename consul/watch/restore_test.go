@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -98,10 +97,7 @@ func TestRestoreFoundReadsAgain(t *testing.T) {
 	s := newRestoringConsul(35, 31)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close) // after t.Context() ends, which ends the queries held
-	a, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
 	found := 0
 	c := New(a, Options{Wait: time.Minute, MaxStale: -1, Clock: clk, Restored: func() { found++ }})
@@ -214,10 +210,7 @@ func TestNoRestoreOnAWaitPassed(t *testing.T) {
 	s.held = func() { clk.Step(time.Minute) }
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close) // after t.Context() ends, which ends the queries held
-	a, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	found := 0
 	c := New(a, Options{Wait: time.Minute, MaxStale: -1, Clock: clk, Restored: func() { found++ }})
 	ctx, cancel := context.WithCancel(t.Context())

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -43,10 +42,7 @@ func TestMaxWatchesPollsPastTheCap(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop) // before Close, which waits for the handlers
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	clk := clocktesting.NewFakeClock(time.Now())
 	var full atomic.Int64
 	c := New(a, Options{MaxWatches: 1, PollEvery: 3 * time.Second, Clock: clk, Full: func() { full.Add(1) }, Jitter: func() float64 { return 0.5 }})
@@ -122,10 +118,7 @@ func TestNoCapBlocksAlways(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop) // before Close, which waits for the handlers
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	c := New(a, Options{})
 	first := make(chan error, 1)
 	go func() { _, _, err := c.Health(t.Context(), "a", 5); first <- err }()
@@ -227,10 +220,7 @@ func TestFirstReadsReadAFewAtATime(t *testing.T) {
 		_, _ = w.Write([]byte("[]"))
 	}))
 	defer srv.Close()
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	c := New(a, Options{MaxWatches: 1})
 	const workers = 12
 	done := make(chan error, workers)

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // TestHungReadsEndAtReadTimeout: reads at index 0 share the polls' few
@@ -33,10 +31,7 @@ func TestHungReadsEndAtReadTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(stop) // before Close, which waits for the handlers
-	a, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(srv.URL, "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := apiOf(t, srv)
 	const timeout = 200 * time.Millisecond
 	c := New(a, Options{MaxWatches: 1, ReadTimeout: timeout})
 	ctx := t.Context()
